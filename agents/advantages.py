@@ -1,0 +1,366 @@
+"""Advantage estimators for grouped multi-turn rollouts: GAGPO and its baselines.
+
+Each function is a pure numpy function of flat per-step arrays (one row = one environment step = one LLM
+action) and follows ``shared/docs/ALGORITHM.md`` line by line. No torch, no env knowledge, no Python loop
+over rows: the only Python loops run over episode positions (at most the longest episode) and the cost is
+O(N log N) from sorting the keys.
+
+Data layout (length-N arrays):
+    rewards          float  reward of this step's action (penalties included)
+    episode_index    int    episode id; an episode's rows are contiguous and in time order
+    group_index      int    rollout group id (the episodes sampled for one task)
+    state_keys       int64 or str   canonical key of the state the action was taken from
+    next_state_keys  int64 or str   key of the state reached after the action
+    terminated       bool   True only on the final row of an episode that ended in a terminal state
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+
+Normalize = Literal["group", "batch", "none"]
+
+__all__ = [
+    "discounted_returns",
+    "gae_advantages",
+    "gagpo_advantages",
+    "gigpo_advantages",
+    "grpo_advantages",
+    "normalize_advantages",
+    "rloo_advantages",
+    "step_group_stats",
+]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Input checks and small vectorised building blocks
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _as_keys(keys: np.ndarray | list, name: str) -> np.ndarray:
+    """Keys as an int64 or a unicode array (object arrays of str become unicode, which sorts fast)."""
+    arr = np.asarray(keys)
+    if arr.ndim != 1:
+        raise ValueError(f"{name} must be 1-D, got shape {arr.shape}")
+    if arr.dtype.kind in "iu":
+        return arr.astype(np.int64, copy=False)
+    if arr.dtype.kind == "U":
+        return arr
+    if arr.dtype.kind == "O":
+        return arr.astype(str)
+    raise ValueError(f"{name} must hold int64 hashes or strings, got dtype {arr.dtype}")
+
+
+def _check_layout(rewards, episode_index, group_index=None, **others) -> tuple[np.ndarray, ...]:
+    """Validate lengths, dtypes and the contiguous-episode layout; return the arrays as numpy."""
+    r = np.asarray(rewards, dtype=np.float64)
+    ep = np.asarray(episode_index)
+    if r.ndim != 1:
+        raise ValueError(f"rewards must be 1-D, got shape {r.shape}")
+    n = r.shape[0]
+    if not np.all(np.isfinite(r)):
+        raise ValueError("rewards contain NaN or infinite values")
+    if ep.shape != (n,) or ep.dtype.kind not in "iu":
+        raise ValueError(f"episode_index must be an integer array of length {n}, got {ep.dtype} {ep.shape}")
+    grp = None
+    if group_index is not None:
+        grp = np.asarray(group_index)
+        if grp.shape != (n,) or grp.dtype.kind not in "iu":
+            raise ValueError(f"group_index must be an integer array of length {n}, got {grp.dtype} {grp.shape}")
+    for name, arr in others.items():
+        if len(arr) != n:
+            raise ValueError(f"{name} has length {len(arr)}, expected {n} (the length of rewards)")
+    if n:
+        starts = np.flatnonzero(np.r_[True, ep[1:] != ep[:-1]])
+        if np.unique(ep[starts]).size != starts.size:
+            raise ValueError("episode_index: an episode's rows must be contiguous (an episode id reappears later)")
+        if grp is not None and np.any((ep[1:] == ep[:-1]) & (grp[1:] != grp[:-1])):
+            raise ValueError("group_index changes inside an episode: every row of an episode needs the same group")
+    return r, ep, grp
+
+
+def _episode_bounds(episode_index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per row: is it the final row of its episode, and how many rows of its episode follow it."""
+    n = episode_index.shape[0]
+    is_last = np.r_[episode_index[1:] != episode_index[:-1], True] if n else np.zeros(0, bool)
+    last_row = np.flatnonzero(is_last)
+    # Index of each row's episode-final row: the first final row at or after it.
+    end = last_row[np.searchsorted(last_row, np.arange(n))]
+    return is_last, end - np.arange(n)
+
+
+def _backward_scan(x: np.ndarray, decay: float, episode_index: np.ndarray) -> np.ndarray:
+    """y_t = x_t + decay * y_{t+1} inside each episode, y = x on an episode's final row.
+
+    Rows are processed by their distance to the episode end (q = 0, 1, 2, ...), so the Python loop runs
+    over episode positions, not rows; row t+1 is the next step because episodes are contiguous.
+    """
+    y = x.astype(np.float64, copy=True)
+    if y.size == 0:
+        return y
+    _, to_end = _episode_bounds(episode_index)
+    to_end_small = to_end.astype(np.uint16) if to_end.max() < 2**16 else to_end
+    order = np.argsort(to_end_small, kind="stable")
+    bounds = np.r_[0, np.cumsum(np.bincount(to_end))]
+    for q in range(1, bounds.size - 1):
+        rows = order[bounds[q] : bounds[q + 1]]
+        y[rows] += decay * y[rows + 1]
+    return y
+
+
+def _factorize(*arrays: np.ndarray) -> tuple[np.ndarray, int]:
+    """Dense ids 0..K-1 for the values of the concatenated arrays (same value -> same id)."""
+    values = np.concatenate(arrays) if len(arrays) > 1 else arrays[0]
+    uniq, inverse = np.unique(values, return_inverse=True)
+    return inverse.reshape(-1), uniq.size
+
+
+def _set_means(set_id: np.ndarray, values: np.ndarray, n_sets: int) -> tuple[np.ndarray, np.ndarray]:
+    """Mean of ``values`` and row count for each set id."""
+    count = np.bincount(set_id, minlength=n_sets).astype(np.float64)
+    total = np.bincount(set_id, weights=values, minlength=n_sets)
+    return total / np.maximum(count, 1.0), count
+
+
+def _set_standardize(values: np.ndarray, set_id: np.ndarray, eps: float, *, scale: bool = True) -> np.ndarray:
+    """(x - mean_set) / (std_set + eps) with ddof=1 (or x - mean_set); a single-member set gives 0."""
+    if values.size == 0:
+        return values.astype(np.float64)
+    n_sets = int(set_id.max()) + 1
+    mean, count = _set_means(set_id, values, n_sets)
+    centred = values - mean[set_id]
+    if scale:
+        sq = np.bincount(set_id, weights=centred**2, minlength=n_sets)
+        std = np.sqrt(sq / np.maximum(count - 1.0, 1.0))
+        centred = centred / (std[set_id] + eps)
+    return np.where(count[set_id] > 1, centred, 0.0)
+
+
+def _group_state_sets(group_index: np.ndarray, state_keys: np.ndarray) -> np.ndarray:
+    """Dense id of each row's (group, state key) set."""
+    gid, _ = _factorize(group_index)
+    kid, n_keys = _factorize(state_keys)
+    _, set_id = np.unique(gid.astype(np.int64) * n_keys + kid, return_inverse=True)
+    return set_id.reshape(-1)
+
+
+def _episode_returns(rewards: np.ndarray, episode_index: np.ndarray, group_index: np.ndarray):
+    """Undiscounted return of each episode, its group, and each row's episode slot."""
+    ep_id, n_eps = _factorize(episode_index)
+    ep_return = np.bincount(ep_id, weights=rewards, minlength=n_eps)
+    ep_group = np.zeros(n_eps, dtype=group_index.dtype)
+    ep_group[ep_id] = group_index
+    return ep_return, ep_group, ep_id
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Public estimators
+# ---------------------------------------------------------------------------------------------------------
+
+
+def discounted_returns(rewards, episode_index, *, gamma: float = 0.95) -> np.ndarray:
+    """R_t = r_t + gamma * R_{t+1} inside each episode, with R = 0 after the final row (no bootstrap)."""
+    r, ep, _ = _check_layout(rewards, episode_index)
+    return _backward_scan(r, gamma, ep)
+
+
+def normalize_advantages(
+    advantages, group_index=None, *, mode: Normalize = "group", eps: float = 1e-6
+) -> np.ndarray:
+    """A <- (A - mean_B) / (std_B + eps) over each set B (a rollout group, or the whole batch).
+
+    Step-weighted (every row counts once), std with ddof=1; a set with a single row gets 0.
+    """
+    adv = np.asarray(advantages, dtype=np.float64)
+    if mode == "none":
+        return adv.copy()
+    if mode == "batch":
+        return _set_standardize(adv, np.zeros(adv.size, dtype=np.int64), eps)
+    if mode == "group":
+        if group_index is None:
+            raise ValueError("normalize='group' needs group_index")
+        gid, _ = _factorize(np.asarray(group_index))
+        return _set_standardize(adv, gid, eps)
+    raise ValueError(f"normalize must be 'group', 'batch' or 'none', got {mode!r}")
+
+
+def gagpo_advantages(
+    rewards,
+    episode_index,
+    group_index,
+    state_keys,
+    next_state_keys,
+    terminated,
+    *,
+    gamma: float = 0.95,
+    lam: float = 0.8,
+    eps: float = 1e-6,
+    normalize: Normalize = "group",
+    bootstrap_truncated: bool = True,
+) -> np.ndarray:
+    """GAGPO: GAE over TD residuals of a non-parametric, grouped state-value proxy (ALGORITHM.md)."""
+    r, ep, grp = _check_layout(
+        rewards, episode_index, group_index,
+        state_keys=state_keys, next_state_keys=next_state_keys, terminated=terminated,
+    )  # fmt: skip
+    s = _as_keys(state_keys, "state_keys")
+    s_next = _as_keys(next_state_keys, "next_state_keys")
+    if (s.dtype.kind == "U") != (s_next.dtype.kind == "U"):
+        raise ValueError("state_keys and next_state_keys must both be int64 hashes or both be strings")
+    done = np.asarray(terminated, dtype=bool)
+    is_last, _ = _episode_bounds(ep)
+    if np.any(done & ~is_last):
+        raise ValueError("terminated is True on a row that is not the final row of its episode")
+    if r.size == 0:
+        return r
+
+    # 1. Discounted return-to-go inside each episode, no bootstrap.
+    R = _backward_scan(r, gamma, ep)
+
+    # 2. Grouped value proxy: Vbar(g, s) = mean of R_t over the rows of group g taken from state s.
+    #    Truncated final rows' next keys share the code space so that step 3 can look them up.
+    truncated = np.flatnonzero(is_last & ~done) if bootstrap_truncated else np.zeros(0, np.int64)
+    gid, _ = _factorize(grp)
+    kid, n_keys = _factorize(s, s_next[truncated])
+    code = np.concatenate([gid, gid[truncated]]).astype(np.int64) * n_keys + kid
+    set_codes, set_id = np.unique(code[: r.size], return_inverse=True)
+    set_id = set_id.reshape(-1)
+    vbar_set, _ = _set_means(set_id, R, set_codes.size)
+    vbar = vbar_set[set_id]
+
+    # 3. Value of the next state: the next row's Vbar; 0 after a terminal state; for a truncated final
+    #    row, Vbar(g, next key) if group g ever acted from that key (bootstrap_truncated), else 0.
+    v_next = np.zeros_like(R)
+    v_next[:-1] = vbar[1:]
+    v_next[is_last] = 0.0
+    next_code = code[r.size :]
+    pos = np.minimum(np.searchsorted(set_codes, next_code), set_codes.size - 1)
+    found = set_codes[pos] == next_code
+    v_next[truncated[found]] = vbar_set[pos[found]]
+    delta = r + gamma * v_next - vbar
+
+    # 4. GAE recursion backwards through each episode: A_t = delta_t + gamma * lam * A_{t+1}.
+    A = _backward_scan(delta, gamma * lam, ep)
+
+    # 5. Normalise within the rollout group (or the batch, or not at all).
+    return normalize_advantages(A, grp, mode=normalize, eps=eps)
+
+
+def gigpo_advantages(
+    rewards,
+    episode_index,
+    group_index,
+    state_keys,
+    *,
+    gamma: float = 0.95,
+    omega: float = 1.0,
+    eps: float = 1e-6,
+    std_norm: bool = True,
+    episode_stats: Literal["episodes", "rows"] = "episodes",
+) -> np.ndarray:
+    """GiGPO: episode-level group advantage plus omega times a step-level (group, state) advantage."""
+    r, ep, grp = _check_layout(rewards, episode_index, group_index, state_keys=state_keys)
+    s = _as_keys(state_keys, "state_keys")
+    if episode_stats not in ("episodes", "rows"):
+        raise ValueError(f"episode_stats must be 'episodes' or 'rows', got {episode_stats!r}")
+    if r.size == 0:
+        return r
+
+    # Episode term: each episode's return against the other episodes of its group.
+    ep_return, ep_group, ep_id = _episode_returns(r, ep, grp)
+    if episode_stats == "episodes":
+        g_of_ep, _ = _factorize(ep_group)
+        episode_term = _set_standardize(ep_return, g_of_ep, eps, scale=std_norm)[ep_id]
+    else:  # verl-agent: statistics over rows, each row carrying its episode's return
+        g_of_row, _ = _factorize(grp)
+        episode_term = _set_standardize(ep_return[ep_id], g_of_row, eps, scale=std_norm)
+
+    # Step term: discounted return-to-go against the other rows of the same (group, state) set.
+    R = _backward_scan(r, gamma, ep)
+    set_id = _group_state_sets(grp, s)
+    step_term = _set_standardize(R, set_id, eps, scale=std_norm)
+    return episode_term + omega * step_term
+
+
+def grpo_advantages(rewards, episode_index, group_index, *, eps: float = 1e-6) -> np.ndarray:
+    """GRPO: (R(tau) - mean) / (std + eps) over the episodes of a group, broadcast to the episode's rows."""
+    r, ep, grp = _check_layout(rewards, episode_index, group_index)
+    if r.size == 0:
+        return r
+    ep_return, ep_group, ep_id = _episode_returns(r, ep, grp)
+    g_of_ep, _ = _factorize(ep_group)
+    return _set_standardize(ep_return, g_of_ep, eps)[ep_id]
+
+
+def rloo_advantages(rewards, episode_index, group_index) -> np.ndarray:
+    """RLOO: R(tau_i) minus the mean return of the group's other episodes; 0 for a single-episode group."""
+    r, ep, grp = _check_layout(rewards, episode_index, group_index)
+    if r.size == 0:
+        return r
+    ep_return, ep_group, ep_id = _episode_returns(r, ep, grp)
+    g_of_ep, n_groups = _factorize(ep_group)
+    n = np.bincount(g_of_ep, minlength=n_groups).astype(np.float64)[g_of_ep]
+    total = np.bincount(g_of_ep, weights=ep_return, minlength=n_groups)[g_of_ep]
+    leave_one_out_mean = (total - ep_return) / np.maximum(n - 1.0, 1.0)
+    return np.where(n > 1, ep_return - leave_one_out_mean, 0.0)[ep_id]
+
+
+def gae_advantages(
+    rewards,
+    values,
+    episode_index,
+    terminated,
+    *,
+    last_values=None,
+    gamma: float = 0.95,
+    lam: float = 0.95,
+) -> np.ndarray:
+    """Standard GAE from a learned value head (the PPO-with-critic baseline); unnormalised.
+
+    ``values[t]`` is V(s_t). ``last_values[t]`` (read on truncated final rows only) is V of the state reached
+    after the action; without it a truncated episode bootstraps with 0. Value targets are ``A + values``.
+    """
+    r, ep, _ = _check_layout(rewards, episode_index, values=values, terminated=terminated)
+    v = np.asarray(values, dtype=np.float64)
+    if not np.all(np.isfinite(v)):
+        raise ValueError("values contain NaN or infinite values")
+    done = np.asarray(terminated, dtype=bool)
+    is_last, _ = _episode_bounds(ep)
+    if r.size == 0:
+        return r
+    v_next = np.zeros_like(r)
+    v_next[:-1] = v[1:]
+    v_next[is_last] = 0.0
+    if last_values is not None:
+        boot = is_last & ~done
+        v_next[boot] = np.asarray(last_values, dtype=np.float64)[boot]
+    delta = r + gamma * v_next - v
+    return _backward_scan(delta, gamma * lam, ep)
+
+
+def step_group_stats(group_index, state_keys) -> dict[str, float]:
+    """Size distribution of the (group, state) sets and the share of rows in singleton sets.
+
+    A row in a singleton set has no peer to compare with: GAGPO gives a run of such rows delta = 0 and
+    GiGPO's step term is 0 there. A high singleton share means the key is too fine for this env.
+    """
+    grp = np.asarray(group_index)
+    s = _as_keys(state_keys, "state_keys")
+    if grp.shape != s.shape:
+        raise ValueError(f"group_index and state_keys differ in length: {grp.shape} vs {s.shape}")
+    if s.size == 0:
+        return {"rows": 0, "sets": 0, "singleton_row_share": 0.0, "singleton_set_share": 0.0,
+                "set_size_mean": 0.0, "set_size_median": 0.0, "set_size_max": 0}  # fmt: skip
+    set_id = _group_state_sets(grp, s)
+    sizes = np.bincount(set_id)
+    return {
+        "rows": int(s.size),
+        "sets": int(sizes.size),
+        "singleton_row_share": float(np.sum(sizes == 1) / s.size),
+        "singleton_set_share": float(np.mean(sizes == 1)),
+        "set_size_mean": float(sizes.mean()),
+        "set_size_median": float(np.median(sizes)),
+        "set_size_max": int(sizes.max()),
+    }

@@ -1,0 +1,144 @@
+"""The text-env contract: a ``gymnasium.Env`` whose observations and actions are strings.
+
+A text env knows nothing about LLMs: prompts, parsing and penalties are wrappers. What it owes its users is a
+small, checkable contract (DESIGN.md, "The text-env contract"):
+
+* ``observation_space`` and ``action_space`` are ``gymnasium.spaces.Text`` over a printable charset with
+  ``min_length=0``;
+* ``reset(seed=s)`` gives the same task and initial state for the same ``s``;
+* ``info`` always carries ``state_key`` (int64, stable hash of the canonical true state),
+  ``admissible_actions``, ``task``, ``task_id``, ``won``, after a step ``action_valid``, and ``task_type``
+  where the env has types;
+* an unknown or malformed action never raises: the state is unchanged, ``action_valid=False``, reward 0
+  (the penalty is a wrapper's job).
+
+Subclasses implement a handful of small methods; :class:`TextEnv` turns them into Gymnasium's API.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import string
+from typing import Any
+
+import gymnasium as gym
+from gymnasium import spaces
+
+#: Printable ASCII including space, tab and newline (Gymnasium's default Text charset has no spaces).
+CHARSET: str = string.printable
+OBS_MAX_LENGTH = 32_768
+ACTION_MAX_LENGTH = 2_048
+INFO_KEYS = ("state_key", "admissible_actions", "task", "task_id", "won")
+
+
+def state_key(text: str) -> int:
+    """Stable signed int64 hash of a canonical state string (blake2b; never Python's salted ``hash``)."""
+    digest = hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(digest, "little", signed=True)
+
+
+def normalize_command(action: Any) -> str | None:
+    """Lower-case, single-spaced command text; ``None`` when the action is not a string at all."""
+    if not isinstance(action, str):
+        return None
+    return " ".join(action.strip().lower().split())
+
+
+def text_space(max_length: int) -> spaces.Text:
+    return spaces.Text(max_length=max_length, min_length=0, charset=CHARSET)
+
+
+def to_charset(text: str) -> str:
+    """Drop characters outside :data:`CHARSET` so that every observation lies in the observation space."""
+    return "".join(ch for ch in text if ch in _CHARSET_SET)[:OBS_MAX_LENGTH]
+
+
+_CHARSET_SET = frozenset(CHARSET)
+
+
+class TextEnv(gym.Env[str, str]):
+    """Base class for text envs. Subclasses implement:
+
+    * ``_new_task(options) -> str``: draw a task from ``self.np_random`` and return the first observation;
+    * ``_execute(command) -> (observation, reward, terminated)`` for a command that :meth:`is_valid` accepted;
+    * ``admissible_actions() -> list[str]`` and ``state_string() -> str`` (canonical true state);
+    * ``expert_action() -> str``: an oracle used by tests, warm starts and as the eval upper bound;
+    * attributes ``task``, ``task_id``, ``won`` (and ``task_type`` where the env has types).
+
+    Override :meth:`canonical_action` when valid commands are not a finite list (e.g. ``search[...]``).
+    """
+
+    metadata: dict[str, Any] = {"render_modes": ["ansi", "human"]}
+    #: Feedback for an invalid action, ALFWorld's wording; the state does not change.
+    invalid_feedback: str = "Nothing happens."
+
+    task: str = ""
+    task_id: str = ""
+    task_type: str | None = None
+    won: bool = False
+
+    def __init__(self, render_mode: str | None = None) -> None:
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(f"render_mode must be one of {self.metadata['render_modes']}, got {render_mode!r}")
+        self.render_mode = render_mode
+        self.observation_space = text_space(OBS_MAX_LENGTH)
+        self.action_space = text_space(ACTION_MAX_LENGTH)
+        self._last_observation = ""
+
+    # ----- subclass API -------------------------------------------------------------------------------
+    def _new_task(self, options: dict[str, Any]) -> str:
+        raise NotImplementedError
+
+    def _execute(self, command: str) -> tuple[str, float, bool]:
+        raise NotImplementedError
+
+    def admissible_actions(self) -> list[str]:
+        raise NotImplementedError
+
+    def state_string(self) -> str:
+        raise NotImplementedError
+
+    def expert_action(self) -> str:
+        raise NotImplementedError
+
+    def canonical_action(self, action: Any) -> str | None:
+        """The admissible command that ``action`` denotes, or ``None`` when it is invalid here."""
+        command = normalize_command(action)
+        if command is None:
+            return None
+        return command if command in self.admissible_actions() else None
+
+    # ----- Gymnasium API ------------------------------------------------------------------------------
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict]:
+        super().reset(seed=seed)
+        self.won = False
+        self._last_observation = to_charset(self._new_task(dict(options or {})))
+        return self._last_observation, self._info()
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict]:
+        command = self.canonical_action(action)
+        if command is None:
+            return to_charset(self.invalid_feedback), 0.0, False, False, self._info(action_valid=False)
+        observation, reward, terminated = self._execute(command)
+        self._last_observation = to_charset(observation)
+        return self._last_observation, float(reward), bool(terminated), False, self._info(action_valid=True)
+
+    def render(self) -> str | None:
+        if self.render_mode == "ansi":
+            return self._last_observation
+        if self.render_mode == "human":
+            print(self._last_observation)
+        return None
+
+    def _info(self, **extra: Any) -> dict[str, Any]:
+        info: dict[str, Any] = {
+            "state_key": state_key(self.state_string()),
+            "admissible_actions": list(self.admissible_actions()),
+            "task": self.task,
+            "task_id": self.task_id,
+            "won": bool(self.won),
+        }
+        if self.task_type is not None:
+            info["task_type"] = self.task_type
+        info.update(extra)
+        return info
