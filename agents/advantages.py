@@ -46,10 +46,15 @@ def _as_keys(keys: np.ndarray | list, name: str) -> np.ndarray:
         raise ValueError(f"{name} must be 1-D, got shape {arr.shape}")
     if arr.dtype.kind in "iu":
         return arr.astype(np.int64, copy=False)
-    if arr.dtype.kind == "U":
+    if arr.dtype.kind == "U" and isinstance(keys, np.ndarray):
         return arr
-    if arr.dtype.kind == "O":
-        return arr.astype(str)
+    if arr.dtype.kind in "UO":
+        # numpy silently turns a list like ["a", 1] into strings, so every key must already be a str.
+        as_objects = np.asarray(keys, dtype=object)
+        as_str = as_objects.astype(str)
+        if not np.all(as_str.astype(object) == as_objects):
+            raise ValueError(f"{name} mixes strings with other values: keys must be all int64 or all str")
+        return as_str
     raise ValueError(f"{name} must hold int64 hashes or strings, got dtype {arr.dtype}")
 
 
@@ -166,9 +171,7 @@ def discounted_returns(rewards, episode_index, *, gamma: float = 0.95) -> np.nda
     return _backward_scan(r, gamma, ep)
 
 
-def normalize_advantages(
-    advantages, group_index=None, *, mode: Normalize = "group", eps: float = 1e-6
-) -> np.ndarray:
+def normalize_advantages(advantages, group_index=None, *, mode: Normalize = "group", eps: float = 1e-6) -> np.ndarray:
     """A <- (A - mean_B) / (std_B + eps) over each set B (a rollout group, or the whole batch).
 
     Step-weighted (every row counts once), std with ddof=1; a set with a single row gets 0.
@@ -328,6 +331,14 @@ def gae_advantages(
         raise ValueError("values contain NaN or infinite values")
     done = np.asarray(terminated, dtype=bool)
     is_last, _ = _episode_bounds(ep)
+    if np.any(done & ~is_last):
+        raise ValueError("terminated is True on a row that is not the final row of its episode")
+    if last_values is not None:
+        last_values = np.asarray(last_values, dtype=np.float64)
+        if last_values.shape != r.shape:
+            raise ValueError(f"last_values has length {last_values.size}, expected {r.size}")
+        if not np.all(np.isfinite(last_values[is_last & ~done])):
+            raise ValueError("last_values contain NaN or infinite values on truncated final rows")
     if r.size == 0:
         return r
     v_next = np.zeros_like(r)
@@ -335,7 +346,7 @@ def gae_advantages(
     v_next[is_last] = 0.0
     if last_values is not None:
         boot = is_last & ~done
-        v_next[boot] = np.asarray(last_values, dtype=np.float64)[boot]
+        v_next[boot] = last_values[boot]
     delta = r + gamma * v_next - v
     return _backward_scan(delta, gamma * lam, ep)
 

@@ -1,0 +1,25 @@
+"""Gymnasium wrappers for LLM agents on text envs: grouped vector env, history, parsing, keys, penalties."""
+
+from wrappers.grouped_vector_env import GroupedVectorEnv
+from wrappers.prompt import PromptBuilder
+from wrappers.text_wrappers import (
+    History,
+    InvalidActionPenalty,
+    ParseAction,
+    StateKey,
+    extract_action,
+    parse_key_spec,
+    wrap_text_env,
+)
+
+__all__ = [
+    "GroupedVectorEnv",
+    "History",
+    "InvalidActionPenalty",
+    "ParseAction",
+    "PromptBuilder",
+    "StateKey",
+    "extract_action",
+    "parse_key_spec",
+    "wrap_text_env",
+]

@@ -1,0 +1,146 @@
+"""GroupRolloutBuffer: one row per environment step, advantages computed group by group.
+
+Rows arrive in the order the vector env produces them (episodes interleaved). When the last episode of a
+group ends, the group's rows are laid out episode by episode (the estimators' contract) and its advantages
+are computed with the configured estimator; batch-level normalisation waits for :meth:`finalize`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from agents import advantages as adv
+from agents.config import GAGPOConfig
+
+
+@dataclass
+class Row:
+    """One action: what the policy saw and did, and what the env answered."""
+
+    group: int
+    episode: int
+    prompt_ids: list[int]
+    old_logp: np.ndarray  # per-token behaviour log-probs (choose mode: one entry)
+    reward: float
+    state_key: int | str
+    next_state_key: int | str
+    terminated: bool
+    done: bool  # last row of its episode (terminated or truncated)
+    won: bool
+    response_ids: list[int] = field(default_factory=list)
+    candidate_ids: list[list[int]] = field(default_factory=list)
+    chosen: int = -1
+    value: float = 0.0  # value-head estimate of V(s_t) (ppo estimator)
+    next_value: float = 0.0  # V(s_T) for a truncated final row (ppo estimator)
+    advantage: float = float("nan")
+    value_target: float = 0.0
+
+
+class GroupRolloutBuffer:
+    """Collects rows, tracks which episodes of each group are still running, and computes advantages."""
+
+    def __init__(self, config: GAGPOConfig) -> None:
+        self.config = config
+        self.rows: list[Row] = []
+        self._rows_of_group: dict[int, list[int]] = {}
+        self._open: dict[int, set[int]] = {}
+        self.finished_groups: list[int] = []
+
+    def reset(self) -> None:
+        self.rows.clear()
+        self._rows_of_group.clear()
+        self._open.clear()
+        self.finished_groups.clear()
+
+    def start_group(self, group: int, episodes: list[int]) -> None:
+        """Declare a group and its episodes before their first row arrives."""
+        if group in self._open or group in self._rows_of_group:
+            raise ValueError(f"group {group} was already started in this buffer")
+        self._open[group] = set(episodes)
+        self._rows_of_group[group] = []
+
+    def add(self, row: Row) -> None:
+        """Append a row; computes the group's advantages when this row ends its group's last episode."""
+        if row.episode not in self._open.get(row.group, ()):
+            raise ValueError(f"episode {row.episode} of group {row.group} is not running")
+        self._rows_of_group[row.group].append(len(self.rows))
+        self.rows.append(row)
+        if row.done:
+            self._open[row.group].discard(row.episode)
+            if not self._open[row.group]:
+                del self._open[row.group]
+                self._finish_group(row.group)
+
+    @property
+    def complete(self) -> bool:
+        return not self._open
+
+    def _finish_group(self, group: int) -> None:
+        idx = np.asarray(self._rows_of_group[group])
+        episodes = np.asarray([self.rows[i].episode for i in idx])
+        idx = idx[np.argsort(episodes, kind="stable")]  # contiguous episodes, time order kept inside each
+        rows = [self.rows[i] for i in idx]
+        a, target = self._estimate(rows)
+        if self.config.zero_failed_groups and not any(r.won for r in rows if r.done):
+            a = np.zeros_like(a)
+        for r, ai, ti in zip(rows, a, target):
+            r.advantage, r.value_target = float(ai), float(ti)
+        self.finished_groups.append(group)
+
+    def _estimate(self, rows: list[Row]) -> tuple[np.ndarray, np.ndarray]:
+        """Advantages (and value targets for ppo) of one group's rows, laid out episode by episode."""
+        c = self.config
+        rewards = np.array([r.reward for r in rows], dtype=np.float64)
+        episodes = np.array([r.episode for r in rows], dtype=np.int64)
+        groups = np.array([r.group for r in rows], dtype=np.int64)
+        terminated = np.array([r.terminated for r in rows], dtype=bool)
+        keys = np.array([r.state_key for r in rows])
+        next_keys = np.array([r.next_state_key for r in rows])
+        zero = np.zeros(len(rows))
+        if c.estimator == "gagpo":
+            norm = "none" if c.normalize == "batch" else c.normalize
+            a = adv.gagpo_advantages(
+                rewards, episodes, groups, keys, next_keys, terminated, gamma=c.gamma, lam=c.lam,
+                eps=c.adv_eps, normalize=norm, bootstrap_truncated=c.bootstrap_truncated,
+            )  # fmt: skip
+            return a, zero
+        if c.estimator == "gigpo":
+            a = adv.gigpo_advantages(
+                rewards,
+                episodes,
+                groups,
+                keys,
+                gamma=c.gamma,
+                omega=c.omega,
+                eps=c.adv_eps,
+                std_norm=c.gigpo_std_norm,
+            )
+            return a, zero
+        if c.estimator == "grpo":
+            return adv.grpo_advantages(rewards, episodes, groups, eps=c.adv_eps), zero
+        if c.estimator == "rloo":
+            return adv.rloo_advantages(rewards, episodes, groups), zero
+        values = np.array([r.value for r in rows])
+        last_values = np.array([r.next_value for r in rows])
+        a = adv.gae_advantages(
+            rewards, values, episodes, terminated, last_values=last_values, gamma=c.gamma, lam=c.gae_lambda
+        )
+        return a, a + values
+
+    def finalize(self) -> None:
+        """Apply batch-level normalisation (GAGPO with normalize="batch", and the PPO baseline)."""
+        if not self.complete:
+            raise RuntimeError("finalize() called while episodes are still running")
+        c = self.config
+        if (c.estimator == "gagpo" and c.normalize == "batch") or c.estimator == "ppo":
+            a = adv.normalize_advantages(self.advantages(), mode="batch", eps=c.adv_eps)
+            for r, ai in zip(self.rows, a):
+                r.advantage = float(ai)
+
+    def advantages(self) -> np.ndarray:
+        return np.array([r.advantage for r in self.rows], dtype=np.float64)
+
+    def __len__(self) -> int:
+        return len(self.rows)

@@ -1,0 +1,135 @@
+"""All hyperparameters of GAGPOAgent in one dataclass, validated, and saved with every checkpoint."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+ESTIMATORS = ("gagpo", "gigpo", "grpo", "rloo", "ppo")
+
+
+@dataclass
+class GAGPOConfig:
+    """Hyperparameters. Defaults follow ALGORITHM.md; ``"auto"`` values depend on the model (see ``resolved``)."""
+
+    # --- rollout layout: each iteration plays num_groups tasks, group_size episodes each
+    num_groups: int = 4
+    group_size: int = 8
+    vec_mode: str = "sync"  # "sync" or "async" (worker processes)
+    # --- advantage estimation (ALGORITHM.md)
+    estimator: str = "gagpo"  # gagpo | gigpo | grpo | rloo | ppo
+    gamma: float = 0.95
+    lam: float = 0.8  # GAGPO's lambda (choice: 0.8 until the learning benchmark says otherwise)
+    gae_lambda: float = 0.95  # the PPO-with-critic baseline's GAE lambda
+    normalize: str = "group"  # GAGPO normalisation: group | batch | none
+    bootstrap_truncated: bool = True
+    omega: float = 1.0  # GiGPO step-term weight
+    gigpo_std_norm: bool = True
+    adv_eps: float = 1e-6
+    zero_failed_groups: bool = False  # zero the advantages of groups in which no episode succeeded
+    state_key: str = "state"  # state | observation | history:k
+    # --- env interface
+    action_mode: str = "auto"  # generate | choose | auto (choose for the tiny model, generate otherwise)
+    choose_score: str = "auto"  # sum | mean | auto (mean for the tiny model, sum otherwise)
+    history_length: int = 2
+    max_prompt_tokens: int = 1024
+    max_new_tokens: int = 64
+    show_admissible: bool = True
+    invalid_action_penalty: float = 0.01
+    temperature: float = 1.0
+    # --- optimisation
+    learning_rate: float | None = None  # None: 1e-3 for the tiny model, 1e-6 otherwise
+    n_epochs: int = 2
+    minibatch_size: int = 64  # actions per optimiser step
+    clip_range_low: float = 0.2
+    clip_range_high: float = 0.2
+    ratio: str = "action"  # action (length-normalised, one per action) | token (per-token, the ablation)
+    kl_coef: float = 0.0  # k3 KL to the frozen initial policy (LoRA: the adapter-disabled model)
+    ent_coef: float = 0.0
+    vf_coef: float = 0.5  # ppo estimator only
+    max_grad_norm: float = 1.0
+    weight_decay: float = 0.0
+    token_budget: int = 16384  # tokens per micro-batch in the update (gradient accumulation above it)
+    # --- model
+    device: str = "auto"
+    dtype: str = "auto"
+    lora_r: int = 0  # 0: full fine-tuning
+    lora_alpha: int = 16
+    gradient_checkpointing: bool = False
+    tiny_vocab_size: int = 1024
+    tiny_hidden_size: int = 64
+    tiny_layers: int = 2
+    torch_threads: int = 0  # 0: half the CPU cores (two busy threads on a shared 2-core box are slower than one)
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise one readable ValueError for the first bad value."""
+
+        def check(ok: bool, message: str) -> None:
+            if not ok:
+                raise ValueError(f"GAGPOConfig: {message}")
+
+        check(self.estimator in ESTIMATORS, f"estimator must be one of {ESTIMATORS}, got {self.estimator!r}")
+        check(self.num_groups >= 1 and self.group_size >= 1, "num_groups and group_size must be >= 1")
+        check(self.vec_mode in ("sync", "async"), f"vec_mode must be 'sync' or 'async', got {self.vec_mode!r}")
+        check(0.0 <= self.gamma <= 1.0, f"gamma must be in [0, 1], got {self.gamma}")
+        check(0.0 <= self.lam <= 1.0, f"lam must be in [0, 1], got {self.lam}")
+        check(0.0 <= self.gae_lambda <= 1.0, f"gae_lambda must be in [0, 1], got {self.gae_lambda}")
+        check(
+            self.normalize in ("group", "batch", "none"),
+            f"normalize must be group|batch|none, got {self.normalize!r}",
+        )
+        check(self.adv_eps > 0, "adv_eps must be > 0")
+        from wrappers.text_wrappers import parse_key_spec
+
+        try:
+            parse_key_spec(self.state_key)
+        except ValueError as err:
+            check(False, str(err))
+        check(
+            self.action_mode in ("auto", "generate", "choose"),
+            f"action_mode must be auto|generate|choose, got {self.action_mode!r}",
+        )
+        check(
+            self.choose_score in ("auto", "sum", "mean"),
+            f"choose_score must be auto|sum|mean, got {self.choose_score!r}",
+        )
+        check(self.history_length >= 0, "history_length must be >= 0")
+        check(self.max_prompt_tokens >= 16, "max_prompt_tokens must be >= 16")
+        check(self.max_new_tokens >= 1, "max_new_tokens must be >= 1")
+        check(self.invalid_action_penalty >= 0, "invalid_action_penalty must be >= 0")
+        check(self.temperature > 0, "temperature must be > 0")
+        check(self.learning_rate is None or self.learning_rate > 0, "learning_rate must be > 0")
+        check(self.n_epochs >= 1 and self.minibatch_size >= 1, "n_epochs and minibatch_size must be >= 1")
+        check(self.clip_range_low > 0 and self.clip_range_high > 0, "clip ranges must be > 0")
+        check(self.clip_range_low < 1, "clip_range_low must be < 1")
+        check(self.ratio in ("action", "token"), f"ratio must be 'action' or 'token', got {self.ratio!r}")
+        check(min(self.kl_coef, self.ent_coef, self.vf_coef) >= 0, "kl_coef, ent_coef and vf_coef must be >= 0")
+        check(self.max_grad_norm > 0, "max_grad_norm must be > 0")
+        check(self.token_budget >= 64, "token_budget must be >= 64")
+        check(self.lora_r >= 0, "lora_r must be >= 0")
+        check(self.torch_threads >= 0, "torch_threads must be >= 0")
+
+    def resolved(self, tiny: bool) -> GAGPOConfig:
+        """A copy with every ``"auto"`` / ``None`` replaced by its value for this model."""
+        return dataclasses.replace(
+            self,
+            action_mode=("choose" if tiny else "generate") if self.action_mode == "auto" else self.action_mode,
+            choose_score=("mean" if tiny else "sum") if self.choose_score == "auto" else self.choose_score,
+            learning_rate=(1e-3 if tiny else 1e-6) if self.learning_rate is None else self.learning_rate,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> GAGPOConfig:
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"GAGPOConfig: unknown hyperparameters {unknown}")
+        return cls(**values)

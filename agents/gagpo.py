@@ -1,0 +1,634 @@
+"""GAGPOAgent: ``agent = GAGPOAgent(env); agent.learn(steps)``.
+
+The loop is Stable-Baselines3's on-policy loop: collect a rollout (every group plays its task to the end),
+compute advantages in the buffer, run the clipped-PPO update, log, call callbacks. SB3's logger and callbacks
+(``CheckpointCallback``, ``ProgressBarCallback``, any ``BaseCallback``) are reused unchanged.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from stable_baselines3.common.callbacks import BaseCallback, CallbackList, ProgressBarCallback
+from stable_baselines3.common.logger import HumanOutputFormat, Logger, configure
+
+import gagpo_gym
+from agents import advantages as adv
+from agents.buffer import GroupRolloutBuffer, Row
+from agents.config import GAGPOConfig
+from agents.loss import clipped_policy_loss, k3_kl
+from agents.policy import LLMPolicy, resolve_device, resolve_dtype
+from agents.tiny import TinyModelSpec, build_tiny_model, collect_env_text, train_tokenizer
+from wrappers import GroupedVectorEnv, PromptBuilder, wrap_text_env
+
+AGENT_FILE = "agent.json"
+
+
+def _make_env(env_id: str, env_kwargs: dict[str, Any], wrap: dict[str, Any] | None) -> gym.Env:
+    """Picklable env factory (async workers rebuild envs from it)."""
+    env = gagpo_gym.make(env_id, **env_kwargs)
+    return wrap_text_env(env, **wrap) if wrap is not None else env
+
+
+def _env_id_of(env: Any) -> tuple[str, dict[str, Any]]:
+    if isinstance(env, str):
+        return env, {}
+    spec = getattr(env, "spec", None)
+    if spec is None:
+        raise ValueError("pass an env id, a registered env made with gymnasium.make, or a GroupedVectorEnv")
+    return spec.id, dict(spec.kwargs)
+
+
+class _StepProgressBar(ProgressBarCallback):
+    """SB3's progress bar, advanced by the env steps actually taken (finished members take none)."""
+
+    def _on_step(self) -> bool:
+        self.pbar.update(int(self.locals["n_active"]))
+        return True
+
+
+class GAGPOAgent:
+    """A multi-turn LLM agent trained with GAGPO (or GiGPO, GRPO, RLOO, PPO with a critic).
+
+    Args:
+        env: an env id (``"gagpo_gym/Maze-v0"``), an env made with ``gymnasium.make``, or a
+            :class:`~wrappers.GroupedVectorEnv` whose sub-envs are wrapped with :func:`~wrappers.wrap_text_env`.
+        model: ``"tiny"`` (a small Qwen2 built from a config, tokenizer trained on the env's text) or a local
+            checkpoint path / hub id for ``AutoModelForCausalLM``.
+        estimator: ``"gagpo"`` | ``"gigpo"`` | ``"grpo"`` | ``"rloo"`` | ``"ppo"``.
+        env_kwargs: constructor arguments for the env (with an env id).
+        verbose: 0 silent, 1 logs to stdout.
+        log_dir: where SB3's logger writes CSV, JSON and TensorBoard (when installed) files.
+        **hyperparameters: any field of :class:`~agents.config.GAGPOConfig`.
+    """
+
+    def __init__(
+        self,
+        env: Any,
+        model: str = "tiny",
+        estimator: str = "gagpo",
+        *,
+        env_kwargs: dict[str, Any] | None = None,
+        verbose: int = 1,
+        log_dir: str | None = None,
+        seed: int | None = None,
+        _policy: LLMPolicy | None = None,
+        **hyperparameters: Any,
+    ) -> None:
+        if seed is not None:
+            hyperparameters["seed"] = seed
+        self.model_source = model
+        self.tiny = model == "tiny"
+        self.config = GAGPOConfig(estimator=estimator, **hyperparameters).resolved(self.tiny)
+        c = self.config
+        torch.set_num_threads(c.torch_threads or max(1, (os.cpu_count() or 2) // 2))
+        torch.manual_seed(c.seed)
+        self.rng = np.random.default_rng(c.seed)
+        self.verbose = verbose
+        self.num_timesteps = 0
+        self.iteration = 0
+        self._env_seed = c.seed
+
+        self.env_id, self.env_kwargs = (None, dict(env_kwargs or {}))
+        if isinstance(env, GroupedVectorEnv):
+            self.env = env
+            self.env_id = env.spec.id if env.spec is not None else None
+        else:
+            self.env_id, spec_kwargs = _env_id_of(env)
+            self.env_kwargs = {**spec_kwargs, **self.env_kwargs}
+            self.env = self._make_vec_env(c.num_groups, c.group_size, c.vec_mode)
+
+        self.policy = _policy or self._build_policy()
+        self.prompts = PromptBuilder(
+            self.policy.tokenizer, c.action_mode, c.max_prompt_tokens, show_admissible=c.show_admissible
+        )
+        self.reference = self._build_reference()
+        params = [p for p in self.policy.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(params, lr=c.learning_rate, weight_decay=c.weight_decay)
+        self.buffer = GroupRolloutBuffer(c)
+        self.set_logger(self._default_logger(log_dir))
+        self._ep_stats: dict[str, list[float]] = {}
+
+    # ----- construction ---------------------------------------------------------------------------------
+    def _wrap_kwargs(self) -> dict[str, Any]:
+        c = self.config
+        return {
+            "key": c.state_key,
+            "penalty": c.invalid_action_penalty,
+            "history_length": c.history_length,
+            "tagged": c.action_mode == "generate",
+        }
+
+    def _make_vec_env(self, num_groups: int, group_size: int, mode: str) -> GroupedVectorEnv:
+        if self.env_id is None:
+            raise ValueError("this agent's env has no registered id; pass an env to evaluate()")
+        factory = functools.partial(_make_env, self.env_id, self.env_kwargs, self._wrap_kwargs())
+        return GroupedVectorEnv(factory, num_groups, group_size, mode=mode)
+
+    def _build_policy(self) -> LLMPolicy:
+        c = self.config
+        device = resolve_device(c.device)
+        if self.tiny:
+            if self.env_id is None:
+                raise ValueError("model='tiny' trains its tokenizer on env text: pass an env id or a made env")
+            corpus = collect_env_text(functools.partial(_make_env, self.env_id, self.env_kwargs, None), seed=c.seed)
+            tokenizer = train_tokenizer(corpus, c.tiny_vocab_size)
+            spec = TinyModelSpec(
+                vocab_size=c.tiny_vocab_size,
+                hidden_size=c.tiny_hidden_size,
+                intermediate_size=3 * c.tiny_hidden_size,
+                num_hidden_layers=c.tiny_layers,
+            )
+            model = build_tiny_model(tokenizer, spec, seed=c.seed).to(device)
+        else:
+            model, tokenizer = self._load_pretrained(self.model_source, device)
+        return self._wrap_model(model, tokenizer)
+
+    def _load_pretrained(self, source: str, device: torch.device):
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(source)
+        tokenizer.padding_side = "left"
+        if tokenizer.pad_token_id is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        dtype = resolve_dtype(self.config.dtype, device)
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype).to(device)
+        return model, tokenizer
+
+    def _wrap_model(self, model, tokenizer) -> LLMPolicy:
+        c = self.config
+        if c.lora_r > 0:
+            from peft import LoraConfig, get_peft_model
+
+            model = get_peft_model(model, LoraConfig(r=c.lora_r, lora_alpha=c.lora_alpha, target_modules="all-linear"))
+        if c.gradient_checkpointing:
+            model.gradient_checkpointing_enable()
+        return LLMPolicy(
+            model,
+            tokenizer,
+            action_mode=c.action_mode,
+            temperature=c.temperature,
+            max_new_tokens=c.max_new_tokens,
+            value_head=c.estimator == "ppo",
+            choose_score=c.choose_score,
+        )
+
+    def _build_reference(self) -> torch.nn.Module | None:
+        """Frozen initial policy for the KL term (none with LoRA: the adapter-disabled model serves)."""
+        if self.config.kl_coef == 0 or self.config.lora_r > 0:
+            return None
+        ref = copy.deepcopy(self.policy.model).eval()
+        for p in ref.parameters():
+            p.requires_grad_(False)
+        return ref
+
+    def _default_logger(self, log_dir: str | None) -> Logger:
+        if log_dir is not None:
+            formats = ["stdout", "csv", "json"] if self.verbose else ["csv", "json"]
+            try:
+                import torch.utils.tensorboard  # noqa: F401
+
+                formats.append("tensorboard")
+            except ImportError:
+                pass
+            return configure(log_dir, formats)
+        return Logger(folder=None, output_formats=[HumanOutputFormat(sys.stdout)] if self.verbose else [])
+
+    # ----- SB3-style accessors --------------------------------------------------------------------------
+    def set_logger(self, logger: Logger) -> None:
+        self.logger = logger
+
+    def get_env(self) -> GroupedVectorEnv:
+        return self.env
+
+    # ----- acting ---------------------------------------------------------------------------------------
+    def _prompt(self, obs: str, info: dict[str, Any]) -> list[int]:
+        return self.prompts.build(
+            info.get("task", ""), info.get("history", []), obs, info.get("admissible_actions", [])
+        )
+
+    def predict(self, observation: str | list[str], info: dict | list[dict], deterministic: bool = False):
+        """One action string for one observation (with its info), or a list for a batch."""
+        single = isinstance(observation, str)
+        obs_list = [observation] if single else list(observation)
+        info_list = [info] if single else list(info)
+        if len(obs_list) != len(info_list):
+            raise ValueError("predict needs one info per observation")
+        prompts = [self._prompt(o, i) for o, i in zip(obs_list, info_list)]
+        admissible = [list(i.get("admissible_actions", [])) for i in info_list]
+        texts = self.policy.act(prompts, admissible, rng=self.rng, deterministic=deterministic).texts
+        return texts[0] if single else texts
+
+    # ----- rollouts -------------------------------------------------------------------------------------
+    def collect_rollouts(self, callback: BaseCallback) -> bool:
+        """Every group plays its task to the end; rows go to the buffer. False if a callback stopped training."""
+        env, c = self.env, self.config
+        self.buffer.reset()
+        self.policy.eval()
+        callback.on_rollout_start()
+        obs, infos = env.reset(seed=self._env_seed)
+        self._env_seed += 1
+        if "history" not in infos:
+            raise ValueError("the GroupedVectorEnv's sub-envs must be wrapped with wrappers.wrap_text_env")
+        current = [info_at(infos, i) for i in range(env.num_envs)]
+        for g in range(env.num_groups):
+            members = np.flatnonzero(env.group_index == g)
+            self.buffer.start_group(self.iteration * env.num_groups + g, env.episode_index[members].tolist())
+        stats = {"gen_s": 0.0, "env_s": 0.0, "tokens": 0, "invalid": 0, "unparsed": 0}
+        episodes: list[dict[str, Any]] = []
+        returns = np.zeros(env.num_envs)
+        lengths = np.zeros(env.num_envs, dtype=int)
+        while env.active.any():
+            idx = np.flatnonzero(env.active)
+            t0 = time.perf_counter()
+            prompts = [self._prompt(obs[i], current[i]) for i in idx]
+            out = self.policy.act(prompts, [current[i]["admissible_actions"] for i in idx], rng=self.rng)
+            stats["gen_s"] += time.perf_counter() - t0
+            stats["tokens"] += out.scored_tokens
+            actions: list[Any] = [None] * env.num_envs
+            for k, i in enumerate(idx):
+                actions[i] = out.texts[k]
+            t0 = time.perf_counter()
+            obs, rewards, terminated, truncated, infos = env.step(actions)
+            stats["env_s"] += time.perf_counter() - t0
+            next_infos = {int(i): info_at(infos, i) for i in idx}
+            next_values = self._bootstrap_values(idx, obs, next_infos, truncated)
+            for k, i in enumerate(idx):
+                info = next_infos[i]
+                done = bool(terminated[i] or truncated[i])
+                stats["invalid"] += not info.get("action_valid", True)
+                stats["unparsed"] += not info.get("action_parsed", True)
+                self.buffer.add(
+                    Row(
+                        group=self.iteration * env.num_groups + int(env.group_index[i]),
+                        episode=int(env.episode_index[i]),
+                        prompt_ids=out.prompt_ids[k],
+                        old_logp=out.logp[k],
+                        reward=float(rewards[i]),
+                        state_key=current[i]["state_key"],
+                        next_state_key=info["state_key"],
+                        terminated=bool(terminated[i]),
+                        done=done,
+                        won=bool(info.get("won", False)),
+                        response_ids=out.response_ids[k] if out.response_ids else [],
+                        candidate_ids=out.candidate_ids[k] if out.candidate_ids else [],
+                        chosen=out.chosen[k] if out.chosen else -1,
+                        value=out.values[k] if out.values else 0.0,
+                        next_value=next_values.get(int(i), 0.0),
+                    )
+                )
+                returns[i] += rewards[i]
+                lengths[i] += 1
+                if done:
+                    episodes.append({"return": returns[i], "length": lengths[i], "won": bool(info.get("won", False))})
+                current[i] = info
+            self.num_timesteps += len(idx)
+            n_active = len(idx)  # noqa: F841  (read by the progress bar through locals)
+            callback.update_locals(locals())
+            if not callback.on_step():
+                return False
+        self.buffer.finalize()
+        self._log_rollout(episodes, stats)
+        callback.on_rollout_end()
+        return True
+
+    def _bootstrap_values(self, idx, obs, infos, truncated) -> dict[int, float]:
+        """V(s_T) of truncated final states, for the PPO baseline's GAE."""
+        cut = [int(i) for i in idx if truncated[i]]
+        if self.policy.value_head is None or not cut:
+            return {}
+        values = self.policy.values([self._prompt(obs[i], infos[i]) for i in cut])
+        return dict(zip(cut, values))
+
+    # ----- update ---------------------------------------------------------------------------------------
+    def _micro_batches(self, rows: list[Row]) -> list[list[Row]]:
+        """Split a minibatch so that each forward holds at most ``token_budget`` tokens."""
+        batches, current, tokens = [], [], 0
+        for r in rows:
+            n = len(r.prompt_ids) + len(r.response_ids) + sum(len(c) for c in r.candidate_ids)
+            if current and tokens + n > self.config.token_budget:
+                batches.append(current)
+                current, tokens = [], 0
+            current.append(r)
+            tokens += n
+        return batches + ([current] if current else [])
+
+    def _evaluate_rows(self, rows: list[Row], model=None):
+        return self.policy.evaluate(
+            [r.prompt_ids for r in rows],
+            responses=[r.response_ids for r in rows],
+            candidates=[r.candidate_ids for r in rows],
+            chosen=[r.chosen for r in rows],
+            model=model,
+        )
+
+    def _reference_logp(self, rows: list[Row]) -> torch.Tensor:
+        with torch.no_grad():
+            if self.reference is not None:
+                return self._evaluate_rows(rows, self.reference).logp
+            with self.policy.model.disable_adapter():
+                return self._evaluate_rows(rows).logp
+
+    def train(self) -> None:
+        """n_epochs of clipped-PPO minibatch updates over the rollout."""
+        c = self.config
+        self.policy.train()
+        rows = self.buffer.rows
+        t0 = time.perf_counter()
+        logs: dict[str, list[float]] = {
+            k: [] for k in ("policy_loss", "kl", "entropy", "clip_fraction", "approx_kl", "grad_norm", "value_loss")
+        }
+        skipped = 0
+        for _ in range(c.n_epochs):
+            order = self.rng.permutation(len(rows))
+            for start in range(0, len(rows), c.minibatch_size):
+                minibatch = [rows[i] for i in order[start : start + c.minibatch_size]]
+                self.optimizer.zero_grad(set_to_none=True)
+                finite = True
+                for micro in self._micro_batches(minibatch):
+                    weight = len(micro) / len(minibatch)
+                    ev = self._evaluate_rows(micro)
+                    old = torch.zeros_like(ev.logp)
+                    for k, r in enumerate(micro):
+                        old[k, : len(r.old_logp)] = torch.as_tensor(r.old_logp, dtype=old.dtype)
+                    advantage = torch.as_tensor(
+                        [r.advantage for r in micro], dtype=ev.logp.dtype, device=ev.logp.device
+                    )
+                    pg_loss, info = clipped_policy_loss(
+                        ev.logp, old.to(ev.logp.device), ev.mask, advantage,
+                        clip_low=c.clip_range_low, clip_high=c.clip_range_high, ratio=c.ratio,
+                    )  # fmt: skip
+                    loss = pg_loss - c.ent_coef * ev.entropy.mean()
+                    if c.kl_coef > 0:
+                        kl = k3_kl(ev.logp, self._reference_logp(micro), ev.mask).mean()
+                        loss = loss + c.kl_coef * kl
+                        logs["kl"].append(float(kl))
+                    if ev.values is not None:
+                        target = torch.as_tensor([r.value_target for r in micro], device=ev.values.device)
+                        value_loss = torch.nn.functional.mse_loss(ev.values, target)
+                        loss = loss + c.vf_coef * value_loss
+                        logs["value_loss"].append(float(value_loss))
+                    if not torch.isfinite(loss):
+                        finite = False
+                        break
+                    (loss * weight).backward()
+                    logs["policy_loss"].append(float(pg_loss))
+                    logs["entropy"].append(float(ev.entropy.mean()))
+                    logs["clip_fraction"].append(float(info["clip_fraction"]))
+                    logs["approx_kl"].append(float(info["approx_kl"]))
+                if not finite:
+                    skipped += 1
+                    self.optimizer.zero_grad(set_to_none=True)
+                    continue
+                params = [p for p in self.policy.parameters() if p.requires_grad]
+                grad_norm = torch.nn.utils.clip_grad_norm_(params, c.max_grad_norm)
+                if not torch.isfinite(grad_norm):
+                    skipped += 1
+                    self.optimizer.zero_grad(set_to_none=True)
+                    continue
+                logs["grad_norm"].append(float(grad_norm))
+                self.optimizer.step()
+        self.logger.record("time/update_s", time.perf_counter() - t0)
+        self.logger.record("train/skipped_updates", skipped)
+        for key, values in logs.items():
+            if values:
+                self.logger.record(f"train/{key}", float(np.mean(values)))
+
+    def _log_rollout(self, episodes: list[dict[str, Any]], stats: dict[str, float]) -> None:
+        rows = self.buffer.rows
+        a = self.buffer.advantages()
+        n = len(rows)
+        record = self.logger.record
+        record("rollout/success_rate", float(np.mean([e["won"] for e in episodes])))
+        record("rollout/ep_return_mean", float(np.mean([e["return"] for e in episodes])))
+        record("rollout/ep_len_mean", float(np.mean([e["length"] for e in episodes])))
+        record("rollout/invalid_rate", stats["invalid"] / max(n, 1))
+        record("rollout/unparsed_rate", stats["unparsed"] / max(n, 1))
+        record("rollout/prompt_truncations", self.prompts.truncated_count)
+        record("rollout/prompt_overflows", self.prompts.overflow_count)
+        record("advantage/mean", float(a.mean()))
+        record("advantage/std", float(a.std()))
+        q75, q25 = np.percentile(a, [75, 25])
+        record("advantage/iqr", float(q75 - q25))
+        record("advantage/share_abs_gt_1", float(np.mean(np.abs(a) > 1)))
+        sets = adv.step_group_stats(np.array([r.group for r in rows]), np.array([r.state_key for r in rows]))
+        record("advantage/singleton_share", sets["singleton_row_share"])
+        record("advantage/set_size_mean", sets["set_size_mean"])
+        record("advantage/set_size_max", sets["set_size_max"])
+        record("time/generate_s", stats["gen_s"])
+        record("time/env_s", stats["env_s"])
+        rollout_s = stats["gen_s"] + stats["env_s"]
+        record("time/env_steps_per_s", n / max(rollout_s, 1e-9))
+        record("time/tokens_per_s", stats["tokens"] / max(stats["gen_s"], 1e-9))
+        self.last_rollout = {"episodes": episodes, "rows": n, **stats}
+
+    # ----- the loop -------------------------------------------------------------------------------------
+    def _init_callback(self, callback, progress_bar: bool) -> BaseCallback:
+        if isinstance(callback, list):
+            callback = CallbackList(callback)
+        elif callback is None:
+            callback = CallbackList([])
+        if progress_bar:
+            callback = CallbackList([callback, _StepProgressBar()])
+        callback.init_callback(self)
+        return callback
+
+    def learn(
+        self,
+        total_timesteps: int,
+        callback: BaseCallback | list[BaseCallback] | None = None,
+        progress_bar: bool = False,
+        log_interval: int = 1,
+        reset_num_timesteps: bool = True,
+    ) -> GAGPOAgent:
+        """Train until ``total_timesteps`` env steps (actions) have been taken; returns self."""
+        if reset_num_timesteps:
+            self.num_timesteps = 0
+            self.iteration = 0
+        total_timesteps = int(total_timesteps) + (0 if reset_num_timesteps else self.num_timesteps)
+        callback = self._init_callback(callback, progress_bar)
+        callback.on_training_start(locals(), globals())
+        while self.num_timesteps < total_timesteps:
+            t0 = time.perf_counter()
+            if not self.collect_rollouts(callback):
+                break
+            self.logger.record("time/rollout_s", time.perf_counter() - t0)
+            self.train()
+            self.iteration += 1
+            self.logger.record("time/iterations", self.iteration)
+            self.logger.record("time/total_timesteps", self.num_timesteps)
+            if log_interval and self.iteration % log_interval == 0:
+                self.logger.dump(step=self.num_timesteps)
+        callback.on_training_end()
+        return self
+
+    # ----- evaluation -----------------------------------------------------------------------------------
+    def evaluate(
+        self, env: str | None = None, n_tasks: int = 50, *, deterministic: bool = True, batch_size: int = 16,
+        seed_offset: int = 0, env_kwargs: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:  # fmt: skip
+        """Play a fixed panel of tasks (seeds ``seed_offset .. seed_offset + n_tasks - 1``), each once.
+
+        Returns success rate, mean return, mean length, invalid rate and per-task-type success.
+        """
+        env_id = env or self.env_id
+        kwargs = self.env_kwargs if env is None else dict(env_kwargs or {})
+        if env_id is None:
+            raise ValueError("pass an env id to evaluate()")
+        factory = functools.partial(_make_env, env_id, kwargs, self._wrap_kwargs())
+        return run_panel(
+            lambda o, i, venv, idx: self.predict(o, i, deterministic=deterministic),
+            factory, n_tasks, batch_size=batch_size, seed_offset=seed_offset,
+        )  # fmt: skip
+
+    # ----- persistence ----------------------------------------------------------------------------------
+    def save(self, path: str | os.PathLike) -> None:
+        """A folder: model + tokenizer (safetensors), value head, optimizer state, config and counters as JSON."""
+        from safetensors.torch import save_file
+
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        self.policy.model.save_pretrained(path / "model")
+        self.policy.tokenizer.save_pretrained(path / "model")
+        if self.policy.value_head is not None:
+            save_file(
+                {k: v.contiguous() for k, v in self.policy.value_head.state_dict().items()},
+                path / "value_head.safetensors",
+            )
+        torch.save(self.optimizer.state_dict(), path / "optimizer.pt")
+        meta = {
+            "config": self.config.to_dict(),
+            "model_source": self.model_source,
+            "env_id": self.env_id,
+            "env_kwargs": self.env_kwargs,
+            "num_timesteps": self.num_timesteps,
+            "iteration": self.iteration,
+            "env_seed": self._env_seed,
+        }
+        (path / AGENT_FILE).write_text(json.dumps(meta, indent=2))
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, env: Any = None, **overrides: Any) -> GAGPOAgent:
+        """Restore an agent saved with :meth:`save` (no unpickling: safetensors and ``weights_only=True``)."""
+        from safetensors.torch import load_file
+
+        path = Path(path)
+        if not (path / AGENT_FILE).is_file():
+            raise FileNotFoundError(f"no saved agent at {path} (missing {AGENT_FILE})")
+        meta = json.loads((path / AGENT_FILE).read_text())
+        values = {**meta["config"], **overrides}
+        config = GAGPOConfig.from_dict(values)
+        device = resolve_device(config.device)
+        proto = cls.__new__(cls)
+        proto.config, proto.model_source, proto.tiny = (
+            config,
+            meta["model_source"],
+            meta["model_source"] == "tiny",
+        )
+        if config.lora_r > 0:
+            from peft import PeftModel
+
+            base, tokenizer = proto._load_pretrained(meta["model_source"], device)
+            model = PeftModel.from_pretrained(base, path / "model", is_trainable=True)
+            config_for_wrap = GAGPOConfig.from_dict({**values, "lora_r": 0})
+            proto.config = config_for_wrap
+            policy = proto._wrap_model(model, tokenizer)
+        else:
+            model, tokenizer = proto._load_pretrained(str(path / "model"), device)
+            policy = proto._wrap_model(model, tokenizer)
+        if policy.value_head is not None:
+            policy.value_head.load_state_dict(load_file(path / "value_head.safetensors"))
+        hyper = {k: v for k, v in values.items() if k != "estimator"}
+        agent = cls(
+            env if env is not None else meta["env_id"],
+            model=meta["model_source"],
+            estimator=config.estimator,
+            env_kwargs=meta["env_kwargs"] if env is None else None,
+            _policy=policy,
+            **hyper,
+        )
+        agent.optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=True))
+        agent.num_timesteps, agent.iteration, agent._env_seed = (
+            meta["num_timesteps"],
+            meta["iteration"],
+            meta["env_seed"],
+        )
+        return agent
+
+
+def info_at(infos: dict[str, Any], i: int) -> dict[str, Any]:
+    """The i-th sub-env's info out of Gymnasium's vectorised info dict (``_key`` masks say who has a key)."""
+    out = {}
+    for key, value in infos.items():
+        if key.startswith("_"):
+            continue
+        if isinstance(value, dict):
+            out[key] = info_at(value, i)
+        elif infos[f"_{key}"][i]:
+            out[key] = value[i]
+    return out
+
+
+def run_panel(act, make_env, n_tasks: int, *, batch_size: int = 16, seed_offset: int = 0) -> dict[str, Any]:
+    """Play tasks ``seed_offset + 0 .. n_tasks - 1`` once each; ``act(obs, infos, venv, indices) -> actions``.
+
+    Used for agents, the expert and random reference policies alike; tasks run ``batch_size`` at a time.
+    """
+    results: list[dict[str, Any]] = []
+    for start in range(0, n_tasks, batch_size):
+        seeds = np.arange(start, min(start + batch_size, n_tasks)) + seed_offset
+        venv = GroupedVectorEnv(make_env, len(seeds), 1)
+        try:
+            obs, infos = venv.reset(options={"task_seeds": seeds})
+            current = [info_at(infos, i) for i in range(venv.num_envs)]
+            ret = np.zeros(venv.num_envs)
+            length = np.zeros(venv.num_envs, dtype=int)
+            invalid = np.zeros(venv.num_envs, dtype=int)
+            while venv.active.any():
+                idx = np.flatnonzero(venv.active)
+                chosen = act([obs[i] for i in idx], [current[i] for i in idx], venv, idx)
+                actions: list[Any] = [None] * venv.num_envs
+                for k, i in enumerate(idx):
+                    actions[i] = chosen[k]
+                obs, rewards, _, _, infos = venv.step(actions)
+                for i in idx:
+                    current[i] = info_at(infos, i)
+                    ret[i] += rewards[i]
+                    length[i] += 1
+                    invalid[i] += not current[i].get("action_valid", True)
+            for i in range(venv.num_envs):
+                info = current[i]
+                results.append({
+                    "seed": int(seeds[i]), "won": bool(info.get("won", False)), "return": float(ret[i]),
+                    "length": int(length[i]), "invalid": int(invalid[i]), "task_type": info.get("task_type"),
+                    "score": float(info.get("score", float(info.get("won", False)))),
+                })  # fmt: skip
+        finally:
+            venv.close()
+    return summarize(results)
+
+
+def summarize(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """Panel metrics: overall and per task type."""
+    out: dict[str, Any] = {
+        "n_tasks": len(results),
+        "success_rate": float(np.mean([r["won"] for r in results])) if results else 0.0,
+        "score": float(np.mean([r["score"] for r in results])) if results else 0.0,
+        "mean_return": float(np.mean([r["return"] for r in results])) if results else 0.0,
+        "mean_length": float(np.mean([r["length"] for r in results])) if results else 0.0,
+        "invalid_rate": float(sum(r["invalid"] for r in results) / max(sum(r["length"] for r in results), 1)),
+        "episodes": results,
+    }
+    types = sorted({r["task_type"] for r in results if r["task_type"] is not None})
+    out["per_type"] = {t: float(np.mean([r["won"] for r in results if r["task_type"] == t])) for t in types}
+    return out

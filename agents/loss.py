@@ -1,0 +1,48 @@
+"""The policy loss shared by every estimator (ALGORITHM.md, "Policy loss")."""
+
+from __future__ import annotations
+
+import torch
+
+
+def clipped_policy_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    mask: torch.Tensor,
+    advantages: torch.Tensor,
+    *,
+    clip_low: float = 0.2,
+    clip_high: float = 0.2,
+    ratio: str = "action",
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Clipped PPO surrogate. Every token of an action shares that action's advantage.
+
+    ``ratio="action"``: one length-normalised ratio per action, rho = exp(mean_t(logp - old_logp)), and the
+    loss averages one term per action. ``ratio="token"``: the per-token PPO ratio, averaged over all tokens.
+    Shapes: logp, old_logp, mask [B, T]; advantages [B].
+    """
+    mask = mask.to(logp.dtype)
+    log_ratio = (logp - old_logp) * mask
+    if ratio == "action":
+        rho = torch.exp(log_ratio.sum(-1) / mask.sum(-1).clamp(min=1))
+        surrogate = torch.minimum(rho * advantages, torch.clamp(rho, 1 - clip_low, 1 + clip_high) * advantages)
+        loss = -surrogate.mean()
+        clipped = ((rho < 1 - clip_low) | (rho > 1 + clip_high)).float().mean()
+    elif ratio == "token":
+        rho = torch.exp(log_ratio)
+        adv = advantages[:, None]
+        surrogate = torch.minimum(rho * adv, torch.clamp(rho, 1 - clip_low, 1 + clip_high) * adv)
+        loss = -(surrogate * mask).sum() / mask.sum().clamp(min=1)
+        clipped = (((rho < 1 - clip_low) | (rho > 1 + clip_high)).float() * mask).sum() / mask.sum().clamp(min=1)
+    else:
+        raise ValueError(f"ratio must be 'action' or 'token', got {ratio!r}")
+    approx_kl = ((torch.exp(log_ratio) - 1 - log_ratio) * mask).sum() / mask.sum().clamp(min=1)
+    return loss, {"clip_fraction": clipped.detach(), "approx_kl": approx_kl.detach()}
+
+
+def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Low-variance k3 estimate of KL(pi || ref) per token, averaged per action: [B]."""
+    mask = mask.to(logp.dtype)
+    d = ref_logp - logp
+    per_token = torch.exp(d) - d - 1
+    return (per_token * mask).sum(-1) / mask.sum(-1).clamp(min=1)

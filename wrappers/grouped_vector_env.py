@@ -1,0 +1,245 @@
+"""GroupedVectorEnv: ``num_groups x group_size`` sub-envs where each group plays one task.
+
+A rollout group is ``group_size`` episodes of the same task: its members reset together with one task seed.
+A finished member is not stepped again, and needs no action, until the next :meth:`reset`; ``active`` says
+which members still need one. Sub-envs run in this process (``mode="sync"``) or in worker processes
+(``mode="async"``), each worker holding a slice of the sub-envs. Observations cross process boundaries as
+pickled Python strings: Gymnasium's shared memory silently corrupts Text observations and is not used.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing as mp
+import traceback
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.vector import AutoresetMode, VectorEnv
+
+EnvFactory = Callable[[], gym.Env]
+StepResult = tuple[str, float, bool, bool, dict]
+
+
+def _call(env: gym.Env, name: str, args: tuple) -> Any:
+    return getattr(env.unwrapped, name)(*args)
+
+
+class _InProcess:
+    """Sub-envs stepped in this process."""
+
+    def __init__(self, env_fns: Sequence[EnvFactory]) -> None:
+        self.envs = [fn() for fn in env_fns]
+
+    def reset(self, jobs: list[tuple[int, int | None]]) -> list[tuple[str, dict]]:
+        return [self.envs[i].reset(seed=seed) for i, seed in jobs]
+
+    def step(self, jobs: list[tuple[int, Any]]) -> list[StepResult]:
+        return [self.envs[i].step(action) for i, action in jobs]
+
+    def call(self, name: str, indices: list[int], args: tuple) -> list[Any]:
+        return [_call(self.envs[i], name, args) for i in indices]
+
+    def close(self) -> None:
+        for env in self.envs:
+            env.close()
+
+
+def _worker(conn, env_fns: list[EnvFactory]) -> None:
+    envs = [fn() for fn in env_fns]
+    try:
+        while True:
+            command, payload = conn.recv()
+            if command == "close":
+                break
+            try:
+                if command == "reset":
+                    out = [envs[i].reset(seed=seed) for i, seed in payload]
+                elif command == "step":
+                    out = [envs[i].step(action) for i, action in payload]
+                else:  # call
+                    name, indices, args = payload
+                    out = [_call(envs[i], name, args) for i in indices]
+                conn.send(("ok", out))
+            except Exception:  # report, keep serving: the parent raises with the worker's traceback
+                conn.send(("error", traceback.format_exc()))
+    finally:
+        for env in envs:
+            env.close()
+        conn.close()
+
+
+class _WorkerProcesses:
+    """Sub-envs spread over worker processes; sub-env i lives in worker ``i % n_workers``."""
+
+    def __init__(self, env_fns: Sequence[EnvFactory], n_workers: int, context: str | None) -> None:
+        ctx = mp.get_context(context)
+        self.n_workers = max(1, min(n_workers, len(env_fns)))
+        self.conns, self.procs = [], []
+        for w in range(self.n_workers):
+            parent, child = ctx.Pipe()
+            proc = ctx.Process(target=_worker, args=(child, list(env_fns[w :: self.n_workers])), daemon=True)
+            proc.start()
+            child.close()
+            self.conns.append(parent)
+            self.procs.append(proc)
+
+    def _scatter(self, command: str, jobs: list[tuple[int, Any]]) -> list[Any]:
+        per_worker: dict[int, list[int]] = {}
+        for pos, (i, _) in enumerate(jobs):
+            per_worker.setdefault(i % self.n_workers, []).append(pos)
+        for w, positions in per_worker.items():
+            payload = [(jobs[p][0] // self.n_workers, jobs[p][1]) for p in positions]
+            self.conns[w].send((command, payload))
+        out: list[Any] = [None] * len(jobs)
+        for w, positions in per_worker.items():
+            status, result = self.conns[w].recv()
+            if status != "ok":
+                raise RuntimeError(f"sub-env worker {w} failed:\n{result}")
+            for p, r in zip(positions, result):
+                out[p] = r
+        return out
+
+    def reset(self, jobs):
+        return self._scatter("reset", jobs)
+
+    def step(self, jobs):
+        return self._scatter("step", jobs)
+
+    def call(self, name, indices, args):
+        out = []
+        for i in indices:  # rare (expert actions for eval): one round trip each keeps it simple
+            w = i % self.n_workers
+            self.conns[w].send(("call", (name, [i // self.n_workers], args)))
+            status, result = self.conns[w].recv()
+            if status != "ok":
+                raise RuntimeError(f"sub-env worker {w} failed:\n{result}")
+            out.extend(result)
+        return out
+
+    def close(self) -> None:
+        for conn in self.conns:
+            with contextlib.suppress(BrokenPipeError, OSError):
+                conn.send(("close", None))
+        for proc in self.procs:
+            proc.join(timeout=5)
+            if proc.is_alive():
+                proc.terminate()
+
+
+class GroupedVectorEnv(VectorEnv):
+    """``num_groups`` rollout groups of ``group_size`` members; every member of a group plays the same task.
+
+    Args:
+        env_fns: one factory per sub-env (``num_groups * group_size`` of them), or a single factory reused.
+        num_groups, group_size: the layout; sub-env ``i`` belongs to group ``i // group_size``.
+        mode: ``"sync"`` (in-process) or ``"async"`` (worker processes, pickled observations).
+        n_workers: worker processes for ``"async"`` (default: one per sub-env, capped at the CPU count).
+
+    ``reset(seed=s)`` seeds the task sampler; each group then draws one task seed from it and all its members
+    reset with that seed. ``reset(options={"task_seeds": [...]})`` sets the groups' task seeds explicitly
+    (evaluation panels). After a reset, ``group_index``, ``episode_index`` and ``task_seeds`` describe the layout;
+    episode ids are unique over the env's lifetime.
+    """
+
+    metadata = {"autoreset_mode": AutoresetMode.DISABLED}
+
+    def __init__(
+        self,
+        env_fns: EnvFactory | Sequence[EnvFactory],
+        num_groups: int,
+        group_size: int,
+        *,
+        mode: str = "sync",
+        n_workers: int | None = None,
+        context: str | None = None,
+    ) -> None:
+        if num_groups < 1 or group_size < 1:
+            raise ValueError(f"num_groups and group_size must be >= 1, got {num_groups} and {group_size}")
+        self.num_groups, self.group_size = int(num_groups), int(group_size)
+        self.num_envs = self.num_groups * self.group_size
+        fns = [env_fns] * self.num_envs if callable(env_fns) else list(env_fns)
+        if len(fns) != self.num_envs:
+            raise ValueError(f"expected {self.num_envs} env factories (num_groups * group_size), got {len(fns)}")
+        if mode == "sync":
+            self._workers: _InProcess | _WorkerProcesses = _InProcess(fns)
+            probe = self._workers.envs[0]
+            self.single_observation_space, self.single_action_space = (
+                probe.observation_space,
+                probe.action_space,
+            )
+            self.spec = probe.spec
+        elif mode == "async":
+            probe = fns[0]()
+            self.single_observation_space, self.single_action_space = (
+                probe.observation_space,
+                probe.action_space,
+            )
+            self.spec = probe.spec
+            probe.close()
+            self._workers = _WorkerProcesses(fns, n_workers or min(self.num_envs, mp.cpu_count()), context)
+        else:
+            raise ValueError(f"mode must be 'sync' or 'async', got {mode!r}")
+        self.mode = mode
+        self.observation_space = gym.vector.utils.batch_space(self.single_observation_space, self.num_envs)
+        self.action_space = gym.vector.utils.batch_space(self.single_action_space, self.num_envs)
+        self.group_index = np.repeat(np.arange(self.num_groups), self.group_size)
+        self.episode_index = np.full(self.num_envs, -1, dtype=np.int64)
+        self.task_seeds = np.zeros(self.num_groups, dtype=np.int64)
+        self.active = np.zeros(self.num_envs, dtype=bool)
+        self._observations: list[str] = [""] * self.num_envs
+        self._sampler = np.random.default_rng()
+        self._next_episode = 0
+
+    # ----------------------------------------------------------------------------------------------------
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        """Start a new task in every group; returns (observations, vectorised infos)."""
+        if seed is not None:
+            self._sampler = np.random.default_rng(seed)
+        seeds = (options or {}).get("task_seeds")
+        if seeds is None:
+            seeds = self._sampler.integers(0, 2**31 - 1, size=self.num_groups)
+        seeds = np.asarray(seeds, dtype=np.int64)
+        if seeds.shape != (self.num_groups,):
+            raise ValueError(f"task_seeds must have one seed per group ({self.num_groups}), got {seeds.shape}")
+        self.task_seeds = seeds
+        self.episode_index = self._next_episode + np.arange(self.num_envs)
+        self._next_episode += self.num_envs
+        self.active[:] = True
+        jobs = [(i, int(seeds[self.group_index[i]])) for i in range(self.num_envs)]
+        infos: dict[str, Any] = {}
+        for i, (obs, info) in enumerate(self._workers.reset(jobs)):
+            self._observations[i] = obs
+            infos = self._add_info(infos, info, i)
+        return tuple(self._observations), infos
+
+    def step(self, actions: Sequence[Any]):
+        """Step the active members with their actions (entries for finished members are ignored).
+
+        Finished members keep their last observation, get reward 0 and ``terminated = truncated = False``;
+        their info entries are absent (the ``_key`` masks are False).
+        """
+        if len(actions) != self.num_envs:
+            raise ValueError(f"expected {self.num_envs} actions (one per sub-env), got {len(actions)}")
+        idx = np.flatnonzero(self.active)
+        rewards = np.zeros(self.num_envs)
+        terminated = np.zeros(self.num_envs, dtype=bool)
+        truncated = np.zeros(self.num_envs, dtype=bool)
+        infos: dict[str, Any] = {}
+        results = self._workers.step([(int(i), actions[i]) for i in idx])
+        for i, (obs, reward, term, trunc, info) in zip(idx, results):
+            self._observations[i] = obs
+            rewards[i], terminated[i], truncated[i] = reward, term, trunc
+            infos = self._add_info(infos, info, int(i))
+        self.active[idx] = ~(terminated[idx] | truncated[idx])
+        return tuple(self._observations), rewards, terminated, truncated, infos
+
+    def call(self, name: str, *args: Any, indices: Sequence[int] | None = None) -> tuple[Any, ...]:
+        """Call ``env.unwrapped.<name>(*args)`` on the sub-envs (all, or ``indices``)."""
+        indices = list(range(self.num_envs)) if indices is None else [int(i) for i in indices]
+        return tuple(self._workers.call(name, indices, args))
+
+    def close_extras(self, **kwargs: Any) -> None:
+        self._workers.close()

@@ -1,0 +1,87 @@
+"""Prompt building: task + recent history + current observation + admissible actions, as token ids.
+
+Rendered through the tokenizer's chat template when it has one (plain text otherwise). History is dropped
+oldest-first to fit ``max_prompt_tokens``; the current observation is never cut. Each prompt that needed
+truncation, or still overflows without any history, is counted so the agent can log it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+SYSTEM_PROMPT = "You are an agent in a text environment. Read the task and the observation, then act."
+GENERATE_INSTRUCTION = (
+    "Think briefly inside <think> </think>, then give exactly one admissible action inside <action> </action>."
+)
+CHOOSE_INSTRUCTION = "Reply with one admissible action."
+
+
+class PromptBuilder:
+    """Turns (task, history, observation, admissible actions) into prompt token ids for one model.
+
+    Args:
+        tokenizer: a Hugging Face tokenizer (``apply_chat_template`` is used when ``chat_template`` is set).
+        action_mode: ``"generate"`` adds the think/answer-format instruction; ``"choose"`` asks for an action.
+        max_prompt_tokens: history is truncated (oldest first) to fit this.
+        show_admissible: list the admissible actions in the prompt.
+    """
+
+    def __init__(
+        self,
+        tokenizer: Any,
+        action_mode: str = "generate",
+        max_prompt_tokens: int = 1024,
+        show_admissible: bool = True,
+        system_prompt: str = SYSTEM_PROMPT,
+    ) -> None:
+        if action_mode not in ("generate", "choose"):
+            raise ValueError(f"action_mode must be 'generate' or 'choose', got {action_mode!r}")
+        if max_prompt_tokens < 16:
+            raise ValueError(f"max_prompt_tokens must be >= 16, got {max_prompt_tokens}")
+        self.tokenizer = tokenizer
+        self.action_mode = action_mode
+        self.max_prompt_tokens = max_prompt_tokens
+        self.show_admissible = show_admissible
+        self.system_prompt = system_prompt
+        self.truncated_count = 0  # prompts whose history was shortened to fit
+        self.overflow_count = 0  # prompts longer than the budget even without history
+
+    def user_message(
+        self, task: str, history: Sequence[Sequence[str]], observation: str, admissible: Sequence[str]
+    ) -> str:
+        parts = [f"Task: {task}"] if task else []
+        if history:
+            steps = "\n".join(f"Observation: {obs}\nAction: {act}" for obs, act in history)
+            parts.append(f"Recent steps:\n{steps}")
+        parts.append(f"Current observation: {observation}")
+        if self.show_admissible and admissible:
+            parts.append("Admissible actions: " + " | ".join(admissible))
+        parts.append(GENERATE_INSTRUCTION if self.action_mode == "generate" else CHOOSE_INSTRUCTION)
+        return "\n\n".join(parts)
+
+    def render(self, user: str) -> str:
+        """The prompt text, ending where the model's answer starts."""
+        if getattr(self.tokenizer, "chat_template", None):
+            messages = [{"role": "system", "content": self.system_prompt}, {"role": "user", "content": user}]
+            return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return f"{self.system_prompt}\n\n{user}\n\nAnswer: "
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def build(
+        self, task: str, history: Sequence[Sequence[str]], observation: str, admissible: Sequence[str]
+    ) -> list[int]:
+        """Prompt token ids, with as much recent history as fits in ``max_prompt_tokens``."""
+        history = list(history)
+        for keep in range(len(history), -1, -1):
+            ids = self.encode(
+                self.render(self.user_message(task, history[len(history) - keep :], observation, admissible))
+            )
+            if len(ids) <= self.max_prompt_tokens:
+                if keep < len(history):
+                    self.truncated_count += 1
+                return ids
+        self.overflow_count += 1
+        return ids
