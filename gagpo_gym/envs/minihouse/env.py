@@ -1,0 +1,199 @@
+"""MiniHouse: ALFWorld's six household tasks in procedurally generated rooms, in pure Python.
+
+It speaks ALFWorld's command grammar and answers in its words, so that a policy trained here can be evaluated
+unchanged on the real games (``gagpo_gym/ALFWorld-v0``), and it runs in microseconds, so that a small model can
+learn small houses on a CPU.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from gagpo_gym.core import TextEnv, normalize_command
+from gagpo_gym.envs.minihouse import vocab
+from gagpo_gym.envs.minihouse.house import House, HouseConfig, generate
+
+#: Size presets. ``None`` means as in ALFWorld's scenes (room-kind statistics, see ``vocab``).
+SIZES: dict[str, dict[str, Any]] = {
+    "small": {"n_receptacles": (4, 6), "n_distractor_objects": (2, 4), "n_targets": (1, 2), "n_targets_pick2": (2, 3)},
+    "medium": {
+        "n_receptacles": (8, 12),
+        "n_distractor_objects": (6, 10),
+        "n_targets": (1, 3),
+        "n_targets_pick2": (2, 3),
+    },
+    "full": {"n_receptacles": None, "n_distractor_objects": None, "n_targets": (1, 3), "n_targets_pick2": (2, 4)},
+}
+_ROOM_ALIASES = {"living room": "livingroom", "living_room": "livingroom"}
+_CACHE_LIMIT = 200_000
+
+
+class MiniHouseEnv(TextEnv):
+    """ALFWorld-like household tasks: pick, look, clean, heat, cool, pick2.
+
+    Args:
+        size: ``"small"`` (4-6 receptacles, 2-4 distractor objects), ``"medium"`` (8-12, 6-10) or ``"full"``
+            (receptacle and object counts as in ALFWorld's scenes: 7-50 receptacles, 12-45 objects).
+        n_receptacles: overrides the preset: an int or an inclusive ``(min, max)`` range. The receptacles a task
+            needs (its goal receptacle, appliance, lamp holder, a start place) are always there.
+        n_distractor_objects: overrides the preset's number of non-target objects (int or range).
+        task_types: a subset of ``("pick", "look", "clean", "heat", "cool", "pick2")`` (ALFWorld's long names
+            are accepted too); each reset draws one uniformly.
+        room_kinds: a subset of ``("kitchen", "livingroom", "bedroom", "bathroom")``; a task type is only set in
+            the room kinds where ALFWorld sets it (heat and cool in kitchens, look in living rooms and bedrooms...).
+        render_mode: ``"ansi"`` or ``"human"``.
+
+    ``reset(seed=s)`` builds task ``s`` (the same on every machine); ``task_id`` is ``"minihouse/<size>/<s>"``
+    (``<size>-<hash>`` when the preset was overridden).
+    """
+
+    def __init__(
+        self,
+        size: str = "full",
+        *,
+        n_receptacles: int | tuple[int, int] | None = None,
+        n_distractor_objects: int | tuple[int, int] | None = None,
+        task_types: list[str] | tuple[str, ...] | None = None,
+        room_kinds: list[str] | tuple[str, ...] | None = None,
+        render_mode: str | None = None,
+    ) -> None:
+        super().__init__(render_mode=render_mode)
+        if size not in SIZES:
+            raise ValueError(f"size must be one of {sorted(SIZES)}, got {size!r}")
+        preset = SIZES[size]
+        types = _task_types(task_types)
+        kinds = _room_kinds(room_kinds)
+        for task_type in types:
+            if not set(vocab.TASK_ROOMS[task_type]) & set(kinds):
+                raise ValueError(
+                    f"task type {task_type!r} needs one of the room kinds {list(vocab.TASK_ROOMS[task_type])}, "
+                    f"but room_kinds is {list(kinds)}"
+                )
+        self.config = HouseConfig(
+            n_receptacles=_range("n_receptacles", n_receptacles, 1) or preset["n_receptacles"],
+            n_distractors=_range("n_distractor_objects", n_distractor_objects, 0) or preset["n_distractor_objects"],
+            n_targets=preset["n_targets"],
+            n_targets_pick2=preset["n_targets_pick2"],
+            task_types=types,
+            room_kinds=kinds,
+        )
+        default = HouseConfig(
+            n_receptacles=preset["n_receptacles"],
+            n_distractors=preset["n_distractor_objects"],
+            n_targets=preset["n_targets"],
+            n_targets_pick2=preset["n_targets_pick2"],
+            task_types=tuple(vocab.TASK_TYPES),
+            room_kinds=vocab.ROOM_KINDS,
+        )
+        digest = hashlib.blake2b(repr(self.config).encode(), digest_size=3).hexdigest()
+        self.size_label = size if self.config == default else f"{size}-{digest}"
+        self.house: House | None = None
+        self._reset_seed: int | None = None
+        self._cache: dict[str, tuple[list[str], dict[str, tuple]]] = {}
+        self._cache_task = ""
+
+    # ----- TextEnv API ----------------------------------------------------------------------------------
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict]:
+        self._reset_seed = seed
+        return super().reset(seed=seed, options=options)
+
+    def _new_task(self, options: dict[str, Any]) -> str:
+        seed = self._reset_seed if self._reset_seed is not None else int(self.np_random.integers(2**31 - 1))
+        task_id = f"minihouse/{self.size_label}/{seed}"
+        self.house = generate(seed, self.config, task_id)
+        self.task, self.task_id, self.task_type = self.house.task, task_id, self.house.task_type
+        self.won = False
+        if task_id != self._cache_task:  # the admissible lists of a task stay valid across its episodes
+            self._cache, self._cache_task = {}, task_id
+        return self.house.intro()
+
+    def _execute(self, command: str) -> tuple[str, float, bool]:
+        house = self._require_house()
+        text = house.execute(self._commands()[1][command])
+        self.won = house.won
+        return text, float(house.won), house.won
+
+    def admissible_actions(self) -> list[str]:
+        return self._commands()[0]
+
+    def canonical_action(self, action: Any) -> str | None:
+        command = normalize_command(action)
+        if command is None or self.house is None:
+            return None
+        return command if command in self._commands()[1] else None
+
+    def state_string(self) -> str:
+        return self._require_house().state_string()
+
+    def expert_action(self) -> str:
+        """The oracle's next command (it reads the true state; it never explores)."""
+        return self._require_house().expert_command(self._commands()[1])
+
+    # ----- internals ------------------------------------------------------------------------------------
+    def _commands(self) -> tuple[list[str], dict[str, tuple]]:
+        house = self._require_house()
+        key = house.state_string()
+        entry = self._cache.get(key)
+        if entry is None:
+            ops = house.commands()
+            entry = (sorted(ops), ops)
+            if len(self._cache) >= _CACHE_LIMIT:
+                self._cache.clear()
+            self._cache[key] = entry
+        return entry
+
+    def _require_house(self) -> House:
+        if self.house is None:
+            raise RuntimeError("call reset() before using the env")
+        return self.house
+
+
+def _task_types(task_types) -> tuple[str, ...]:
+    if task_types is None:
+        return tuple(vocab.TASK_TYPES)
+    if isinstance(task_types, str):
+        task_types = [task_types]
+    long_names = {long: short for short, long in vocab.TASK_TYPES.items()}
+    chosen = []
+    for name in task_types:
+        short = long_names.get(name, name)
+        if short not in vocab.TASK_TYPES:
+            raise ValueError(f"unknown task type {name!r}; choose from {list(vocab.TASK_TYPES)}")
+        if short not in chosen:
+            chosen.append(short)
+    if not chosen:
+        raise ValueError("task_types must name at least one task type")
+    return tuple(chosen)
+
+
+def _room_kinds(room_kinds) -> tuple[str, ...]:
+    if room_kinds is None:
+        return vocab.ROOM_KINDS
+    if isinstance(room_kinds, str):
+        room_kinds = [room_kinds]
+    chosen = []
+    for name in room_kinds:
+        kind = _ROOM_ALIASES.get(str(name).lower(), str(name).lower())
+        if kind not in vocab.ROOM_KINDS:
+            raise ValueError(f"unknown room kind {name!r}; choose from {list(vocab.ROOM_KINDS)}")
+        if kind not in chosen:
+            chosen.append(kind)
+    if not chosen:
+        raise ValueError("room_kinds must name at least one room kind")
+    return tuple(chosen)
+
+
+def _range(name: str, value, minimum: int) -> tuple[int, int] | None:
+    """``None``, an int or an inclusive ``(min, max)`` pair, as a checked pair."""
+    if value is None:
+        return None
+    pair = (value, value) if isinstance(value, int) and not isinstance(value, bool) else value
+    try:
+        low, high = pair
+        ok = all(isinstance(v, int) and not isinstance(v, bool) for v in (low, high)) and minimum <= low <= high
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise ValueError(f"{name} must be an int >= {minimum} or a (min, max) pair of such ints, got {value!r}")
+    return (low, high)
