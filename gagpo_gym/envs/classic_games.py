@@ -93,6 +93,10 @@ class _TwoPlayerGameEnv(TextEnv):
     def _search_move(self) -> int:
         raise NotImplementedError
 
+    def _perfect_moves(self, board: tuple[int, ...], mark: int) -> list[int]:
+        """The moves of perfect play, for the ``"minimax"`` opponent (games small enough to solve)."""
+        raise NotImplementedError
+
     # ----- opponent -----------------------------------------------------------------------------------
     def _opponent_move(self) -> int:
         board, mark = self.board(), 3 - self.learner_mark
@@ -103,7 +107,7 @@ class _TwoPlayerGameEnv(TextEnv):
                     if self.wins_with(board, move, who):
                         return move
         if self.opponent == "minimax":
-            legal = [i + 1 for i in _ttt_best_moves(board, mark)]
+            legal = self._perfect_moves(board, mark)
         return legal[int(self.np_random.integers(len(legal)))]
 
     # ----- TextEnv API --------------------------------------------------------------------------------
@@ -263,6 +267,9 @@ class TicTacToeEnv(_TwoPlayerGameEnv):
 
     def _search_move(self) -> int:
         return _ttt_expert(self.board(), self.learner_mark)[0] + 1
+
+    def _perfect_moves(self, board: tuple[int, ...], mark: int) -> list[int]:
+        return [i + 1 for i in _ttt_best_moves(board, mark)]
 
     def _rules(self) -> str:
         return "Three in a row (across, down or diagonal) wins. Empty cells show their numbers."

@@ -145,8 +145,9 @@ class TextifyDiscrete(TextEnv):
     def plan(self, tol: float = 1e-12, max_iterations: int = 100_000) -> np.ndarray:
         """Q-values of the discounted probability of success, by value iteration on ``P``.
 
-        A success transition is worth 1, any other terminal transition 0. On a deterministic table
-        ``Q[s, a] = gamma ** (steps to success - 1)``, so acting greedily follows a shortest path.
+        A success transition is worth 1, any other terminal transition 0, and a state is worth its best
+        admissible action. On a deterministic table ``Q[s, a] = gamma ** (steps to success - 1)``, so acting
+        greedily follows a shortest path.
         """
         env = self.env
         n_states, n_actions = env.observation_space.n, env.action_space.n
@@ -159,12 +160,15 @@ class TextifyDiscrete(TextEnv):
         s_idx, a_idx, prob, nxt, win, term = (np.array(col) for col in zip(*rows, strict=True))
         prob = prob.astype(np.float64)
         win, cont = win.astype(np.float64), (~term.astype(bool)).astype(np.float64)
+        blocked = np.ones((n_states, n_actions), dtype=bool)
+        for s in range(n_states):
+            blocked[s, self.admissible(env, s)] = False
         value = np.zeros(n_states)
         q = np.zeros((n_states, n_actions))
         for _ in range(max_iterations):
             q = np.zeros((n_states, n_actions))
             np.add.at(q, (s_idx, a_idx), prob * (win + cont * self.gamma * value[nxt]))
-            new_value = q.max(axis=1)
+            new_value = np.where(blocked, 0.0, q).max(axis=1)  # q >= 0: a blocked action never wins
             done = np.max(np.abs(new_value - value)) < tol
             value = new_value
             if done:
