@@ -256,12 +256,16 @@ def _describe_taxi(env: gym.Env, state: int) -> str:
     grid = [[ch.decode() for ch in line] for line in env.desc]
     grid[row + 1][2 * col + 1] = "T"
     board = "\n".join("".join(line) for line in grid)
-    where = (
-        "The passenger is in your taxi" if passenger == 4 else f"The passenger is waiting at depot {DEPOTS[passenger]}"
-    )
+    at = f", at depot {DEPOTS[env.locs.index((row, col))]}" if (row, col) in env.locs else ""
+    if passenger == 4:
+        where = f"The passenger is in your taxi and wants to go to depot {DEPOTS[destination]}."
+    elif passenger == destination:
+        where = f"The passenger has arrived at depot {DEPOTS[destination]}."
+    else:
+        where = f"The passenger is waiting at depot {DEPOTS[passenger]} and wants to go to depot {DEPOTS[destination]}."
     return (
-        f"Your taxi is at row {row + 1}, column {col + 1}. {where} and wants to go to depot "
-        f"{DEPOTS[destination]}.\nMap (T your taxi, R G Y B depots, | wall, : open):\n{board}"
+        f"Your taxi is at row {row + 1}, column {col + 1}{at}. {where}\n"
+        f"Map (T your taxi, R G Y B depots, | wall, : open):\n{board}"
     )
 
 
