@@ -494,3 +494,76 @@ def test_real_alfworld_tasks_are_in_minihouses_language():
             assert match.group("toggle") == "desklamp"
         else:
             assert match.group("recep") in receptacles, goal
+
+
+# ----- the real engine --------------------------------------------------------------------------------------
+def _real_engine(house, tmp_path):
+    """Load the house, written as an ALFWorld game, into ALFWorld's TextWorld engine."""
+    os.environ.setdefault("ALFWORLD_DATA", str(ALFWORLD_GAMES.parent.resolve()))  # before alfworld is imported
+    textworld = pytest.importorskip("textworld")
+    from alfworld.agents.environment.alfred_tw_env import AlfredDemangler
+    from textworld.envs import PddlEnv
+
+    from gagpo_gym.envs.minihouse.pddl import to_tw_pddl
+
+    path = tmp_path / f"{house.task_id.replace('/', '_')}.tw-pddl"
+    path.write_text(json.dumps(to_tw_pddl(house)))
+    real = AlfredDemangler(PddlEnv(textworld.EnvInfos(won=True, admissible_commands=True)), shuffle=False)
+    real.load(str(path))
+    return real
+
+
+def _play_both(env, real, obs, info, commands) -> int:
+    """Send the same commands to both engines; every feedback, admissible list and win flag must agree."""
+    state = real.reset()
+    assert state.feedback == obs
+    for n, command in enumerate(commands(info)):
+        assert [a for a in state["admissible_commands"] if a != "help"] == info["admissible_actions"]
+        obs, _, terminated, _, info = env.step(command)
+        state, _, _ = real.step(command)
+        assert (state.feedback, bool(state["won"])) == (obs, info["won"]), command
+        if terminated or n == 30:
+            return n + 1
+    return 0
+
+
+def test_plays_exactly_like_the_real_alfworld_engine(tmp_path):
+    """One task of each type, written in ALFWorld's PDDL and played by its engine alongside MiniHouse."""
+    env = MiniHouseEnv("small")
+    rng = np.random.default_rng(6)
+
+    def mixed(_info):  # verb-balanced random commands, with expert steps so that the goal is reached too
+        while True:
+            admissible = env.unwrapped.admissible_actions()
+            verbs = sorted({a.split()[0] for a in admissible})
+            verb = verbs[rng.integers(len(verbs))]
+            choices = [a for a in admissible if a.split()[0] == verb]
+            yield env.expert_action() if rng.random() < 0.4 else choices[rng.integers(len(choices))]
+
+    covered = set()
+    for seed in range(40):
+        obs, info = env.reset(seed=seed)
+        if info["task_type"] in covered:
+            continue
+        covered.add(info["task_type"])
+        _play_both(env, _real_engine(env.unwrapped.house, tmp_path), obs, info, mixed)
+    assert covered == set(vocab.TASK_TYPES)
+
+
+def test_slicing_like_the_real_engine(tmp_path):
+    env = MiniHouseEnv("small", room_kinds=["kitchen"], n_distractor_objects=8)
+    for seed in range(100):
+        obs, info = env.reset(seed=seed)
+        house = env.unwrapped.house
+        knives = [o for o, t in enumerate(house.obj_type) if t in vocab.SHARP]
+        food = [o for o, t in enumerate(house.obj_type) if t in vocab.SLICEABLE]
+        if knives and food and house.location[food[0]] != house.location[knives[0]]:
+            break
+    knife, place, food_place = knives[0], house.location[knives[0]], house.location[food[0]]
+    script = [f"go to {house.rec_name[place]}"]
+    script += [f"open {house.rec_name[place]}"] if house.rec_openable[place] else []
+    script += [f"take {house.obj_name[knife]} from {house.rec_name[place]}", f"go to {house.rec_name[food_place]}"]
+    script += [f"slice {house.obj_name[food[0]]} with {house.obj_name[knife]}"]  # works through a closed door too
+    script += [f"examine {house.obj_name[knife]}", "inventory"]
+    assert _play_both(env, _real_engine(house, tmp_path), obs, info, lambda _: iter(script)) == 0
+    assert house.flags[food[0]] & 8, "the food is sliced"

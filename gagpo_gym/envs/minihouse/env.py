@@ -39,7 +39,7 @@ class MiniHouseEnv(TextEnv):
             needs (its goal receptacle, appliance, lamp holder, a start place) are always there.
         n_distractor_objects: overrides the preset's number of non-target objects (int or range).
         task_types: a subset of ``("pick", "look", "clean", "heat", "cool", "pick2")`` (ALFWorld's long names
-            are accepted too); each reset draws one uniformly.
+            are accepted too); each reset draws one uniformly. Default: all that ``room_kinds`` allow.
         room_kinds: a subset of ``("kitchen", "livingroom", "bedroom", "bathroom")``; a task type is only set in
             the room kinds where ALFWorld sets it (heat and cool in kitchens, look in living rooms and bedrooms...).
         render_mode: ``"ansi"`` or ``"human"``.
@@ -62,8 +62,10 @@ class MiniHouseEnv(TextEnv):
         if size not in SIZES:
             raise ValueError(f"size must be one of {sorted(SIZES)}, got {size!r}")
         preset = SIZES[size]
-        types = _task_types(task_types)
         kinds = _room_kinds(room_kinds)
+        types = _task_types(task_types)
+        if task_types is None:  # by default, every task type that the chosen room kinds allow
+            types = tuple(t for t in types if set(vocab.TASK_ROOMS[t]) & set(kinds))
         for task_type in types:
             if not set(vocab.TASK_ROOMS[task_type]) & set(kinds):
                 raise ValueError(
