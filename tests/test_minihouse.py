@@ -426,9 +426,12 @@ def test_step_time():
             step_times.append(time.perf_counter() - start)
             if terminated:
                 break
-    step_us, reset_us = 1e6 * np.mean(step_times), 1e6 * np.mean(reset_times)
-    print(f"\nMiniHouse full: step {step_us:.1f} us, reset {reset_us:.1f} us (random admissible policy)")
-    assert step_us < 1000, "two orders of magnitude slower than designed"
+    step_us, reset_us = 1e6 * np.median(step_times), 1e6 * np.median(reset_times)
+    print(
+        f"\nMiniHouse full, random admissible policy: step {step_us:.1f} us median "
+        f"({1e6 * np.mean(step_times):.1f} mean), reset {reset_us:.0f} us median"
+    )
+    assert step_us < 1000, "two orders of magnitude slower than designed (50 us)"
 
 
 # ----- ALFWorld's vocabulary ---------------------------------------------------------------------------------
