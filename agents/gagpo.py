@@ -382,8 +382,8 @@ class GAGPOAgent:
                         finite = False
                         break
                     (loss * weight).backward()
-                    logs["policy_loss"].append(float(pg_loss))
-                    logs["entropy"].append(float(ev.entropy.mean()))
+                    logs["policy_loss"].append(float(pg_loss.detach()))
+                    logs["entropy"].append(float(ev.entropy.mean().detach()))
                     logs["clip_fraction"].append(float(info["clip_fraction"]))
                     logs["approx_kl"].append(float(info["approx_kl"]))
                 if not finite:
@@ -632,3 +632,20 @@ def summarize(results: list[dict[str, Any]]) -> dict[str, Any]:
     types = sorted({r["task_type"] for r in results if r["task_type"] is not None})
     out["per_type"] = {t: float(np.mean([r["won"] for r in results if r["task_type"] == t])) for t in types}
     return out
+
+
+def reference_policy_panel(
+    kind: str, env_id: str, env_kwargs: dict[str, Any], n_tasks: int, *, seed: int = 0, seed_offset: int = 0
+) -> dict[str, Any]:
+    """Panel metrics of a reference policy: ``"expert"`` (the env's oracle) or ``"random"`` (uniform admissible)."""
+    rng = np.random.default_rng(seed)
+
+    def act(obs, infos, venv, idx):
+        if kind == "expert":
+            return list(venv.call("expert_action", indices=idx))
+        return [i["admissible_actions"][rng.integers(len(i["admissible_actions"]))] for i in infos]
+
+    if kind not in ("expert", "random"):
+        raise ValueError(f"reference policy must be 'expert' or 'random', got {kind!r}")
+    wrap = {"key": "state", "penalty": 0.0, "history_length": 0, "tagged": False}
+    return run_panel(act, functools.partial(_make_env, env_id, env_kwargs, wrap), n_tasks, seed_offset=seed_offset)

@@ -54,6 +54,19 @@ def _pad(rows: Sequence[Sequence[int]], pad_id: int, left: bool) -> tuple[torch.
     return ids, mask
 
 
+def _unique_slots(prompts: list[list[int]], candidates: list[list[list[int]]]) -> tuple[list[int], list[int]]:
+    """Score identical (prompt, candidates) pairs once: the first row of each distinct pair, and each row's pair.
+
+    Group members often share a state and history, so rollouts and updates repeat prompts.
+    """
+    unique: dict[tuple, int] = {}
+    slot = [unique.setdefault((tuple(p), tuple(map(tuple, c))), len(unique)) for p, c in zip(prompts, candidates)]
+    first: dict[int, int] = {}
+    for row, s in enumerate(slot):
+        first.setdefault(s, row)
+    return [first[s] for s in range(len(unique))], slot
+
+
 @dataclass
 class Rollout:
     """What the policy did for a batch of prompts (one entry per prompt)."""
@@ -292,10 +305,7 @@ class LLMPolicy(nn.Module):
         if any(not a for a in admissible):
             raise ValueError("choose mode needs a non-empty admissible action list for every prompt")
         candidates = [[self.action_tokens(a) for a in acts] for acts in admissible]
-        unique: dict[tuple, int] = {}
-        slot = [unique.setdefault((tuple(p), tuple(map(tuple, c))), len(unique)) for p, c in zip(prompts, candidates)]
-        first = {s: i for i, s in reversed(list(enumerate(slot)))}
-        order = [first[s] for s in range(len(unique))]
+        order, slot = _unique_slots(prompts, candidates)
         seq_logp, counts, hidden = self._score_candidates([prompts[i] for i in order], [candidates[i] for i in order])
         values_unique = self._value(hidden)
         rollout = Rollout([], list(prompts), candidate_ids=candidates)
@@ -346,16 +356,15 @@ class LLMPolicy(nn.Module):
             token_entropy = -(log_probs.exp() * log_probs).sum(-1)
             entropy = (token_entropy * mask).sum(-1) / mask.sum(-1).clamp(min=1)
             return Evaluation(logp, mask.float(), entropy, self._value(prompt_end) if model is None else None)
-        seq_logp, counts, hidden = self._score_candidates(prompts, candidates, model)
+        order, slot = _unique_slots(prompts, candidates)
+        seq_logp, counts, hidden = self._score_candidates(
+            [prompts[i] for i in order], [candidates[i] for i in order], model
+        )
         logp, entropy = [], []
-        for lp, n, c in zip(seq_logp, counts, chosen):
-            log_pi = self._choice_log_probs(lp, n)
+        for s, c in zip(slot, chosen):
+            log_pi = self._choice_log_probs(seq_logp[s], counts[s])
             logp.append(log_pi[c])
             entropy.append(-(log_pi.exp() * log_pi).sum())
         logp_t = torch.stack(logp)[:, None]
-        return Evaluation(
-            logp_t,
-            torch.ones_like(logp_t),
-            torch.stack(entropy),
-            self._value(hidden) if model is None else None,
-        )
+        values = None if model is not None or self.value_head is None else self._value(hidden)[slot]
+        return Evaluation(logp_t, torch.ones_like(logp_t), torch.stack(entropy), values)
