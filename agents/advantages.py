@@ -87,39 +87,44 @@ def _check_layout(rewards, episode_index, group_index=None, **others) -> tuple[n
 
 
 def _episode_bounds(episode_index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per row: is it the final row of its episode, and how many rows of its episode follow it."""
+    """Per row: is it the final row of its episode; per episode (in row order): its final row and length."""
     n = episode_index.shape[0]
     is_last = np.r_[episode_index[1:] != episode_index[:-1], True] if n else np.zeros(0, bool)
     last_row = np.flatnonzero(is_last)
-    # Index of each row's episode-final row: the first final row at or after it.
-    end = last_row[np.searchsorted(last_row, np.arange(n))]
-    return is_last, end - np.arange(n)
+    return is_last, last_row, np.diff(last_row, prepend=-1)
 
 
 def _backward_scan(x: np.ndarray, decay: float, episode_index: np.ndarray) -> np.ndarray:
     """y_t = x_t + decay * y_{t+1} inside each episode, y = x on an episode's final row.
 
-    Rows are processed by their distance to the episode end (q = 0, 1, 2, ...), so the Python loop runs
-    over episode positions, not rows; row t+1 is the next step because episodes are contiguous.
+    Step q of the Python loop updates the row q steps before the end of every episode longer than q, so the
+    loop runs over episode positions (at most the longest episode), not rows; row t+1 is the next step
+    because episodes are contiguous.
     """
     y = x.astype(np.float64, copy=True)
     if y.size == 0:
         return y
-    _, to_end = _episode_bounds(episode_index)
-    to_end_small = to_end.astype(np.uint16) if to_end.max() < 2**16 else to_end
-    order = np.argsort(to_end_small, kind="stable")
-    bounds = np.r_[0, np.cumsum(np.bincount(to_end))]
-    for q in range(1, bounds.size - 1):
-        rows = order[bounds[q] : bounds[q + 1]]
+    _, last_row, length = _episode_bounds(episode_index)
+    longest_first = np.argsort(-length, kind="stable")  # the episodes longer than q are then a prefix
+    last_row, neg_length = last_row[longest_first], -length[longest_first]
+    for q in range(1, length.max()):
+        rows = last_row[: np.searchsorted(neg_length, -q)] - q
         y[rows] += decay * y[rows + 1]
     return y
 
 
 def _factorize(*arrays: np.ndarray) -> tuple[np.ndarray, int]:
-    """Dense ids 0..K-1 for the values of the concatenated arrays (same value -> same id)."""
+    """Dense ids 0..K-1 for the values of the concatenated arrays (same value -> same id).
+
+    Only the first value of each run of equal values is sorted, which makes ids that come in runs (groups,
+    episodes) cheap.
+    """
     values = np.concatenate(arrays) if len(arrays) > 1 else arrays[0]
-    uniq, inverse = np.unique(values, return_inverse=True)
-    return inverse.reshape(-1), uniq.size
+    if values.size == 0:
+        return np.zeros(0, dtype=np.int64), 0
+    run_start = np.flatnonzero(np.r_[True, values[1:] != values[:-1]])
+    uniq, run_id = np.unique(values[run_start], return_inverse=True)
+    return np.repeat(run_id.reshape(-1), np.diff(run_start, append=values.size)), uniq.size
 
 
 def _set_means(set_id: np.ndarray, values: np.ndarray, n_sets: int) -> tuple[np.ndarray, np.ndarray]:
@@ -213,7 +218,7 @@ def gagpo_advantages(
     if (s.dtype.kind == "U") != (s_next.dtype.kind == "U"):
         raise ValueError("state_keys and next_state_keys must both be int64 hashes or both be strings")
     done = np.asarray(terminated, dtype=bool)
-    is_last, _ = _episode_bounds(ep)
+    is_last, _, _ = _episode_bounds(ep)
     if np.any(done & ~is_last):
         raise ValueError("terminated is True on a row that is not the final row of its episode")
     if r.size == 0:
@@ -330,7 +335,7 @@ def gae_advantages(
     if not np.all(np.isfinite(v)):
         raise ValueError("values contain NaN or infinite values")
     done = np.asarray(terminated, dtype=bool)
-    is_last, _ = _episode_bounds(ep)
+    is_last, _, _ = _episode_bounds(ep)
     if np.any(done & ~is_last):
         raise ValueError("terminated is True on a row that is not the final row of its episode")
     if last_values is not None:
