@@ -140,8 +140,11 @@ def test_total_reward_formula_and_price() -> None:
 
 # ----- catalog, goals and splits -------------------------------------------------------------------------
 def goals_digest(split: str) -> str:
+    """Hash of the split's goals and of the products they point to (titles, prices, options, attributes)."""
     env = MiniShopEnv(split=split)
-    text = json.dumps([[g["asin"], g["instruction_text"], g["goal_options"]] for g in env.goals], sort_keys=True)
+    goals = [[g["asin"], g["instruction_text"], g["goal_options"], g["price_upper"]] for g in env.goals]
+    products = [[p["asin"], p["Title"], p["price"], p["options"], p["Attributes"]] for p in env.catalog.products]
+    text = json.dumps([goals, products], sort_keys=True)
     return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
 
 
@@ -416,7 +419,7 @@ def test_loader_reads_webshop_files_with_human_goals(tmp_path) -> None:
     again = load_webshop.__wrapped__(str(tmp_path))
     assert [x["instruction_text"] for x in again.goals] == [x["instruction_text"] for x in catalog.goals]
 
-    env = gym.make(ENV_ID, split="test", data_path=str(tmp_path), catalog_size=None)
+    env = gym.make(ENV_ID, split="test", data_path=str(tmp_path))
     gagpo_gym.check_text_env(env, n_steps=30)
     won = 0
     for seed in range(20):

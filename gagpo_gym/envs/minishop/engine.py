@@ -4,6 +4,10 @@ Pages are WebShop's: ``search`` -> ``results`` (10 per page, at most 50 results,
 ``item`` (options, ``Description`` / ``Features`` / ``Reviews`` / ``Attributes`` sub-pages, ``Buy Now``) ->
 ``done``. ``Back to Search`` works everywhere before ``done``. A :class:`PageState` is the whole navigation
 state, so transitions are pure functions and the env's state key is the page state, not the text.
+
+Every page starts with the instruction, as in WebShop's text mode. One addition: the item page lists the chosen
+options (``Selected: size: large``), which WebShop's text mode leaves implicit, so that the text shows the state.
+The search index covers each product's title, description, bullet points and option values.
 """
 
 from __future__ import annotations

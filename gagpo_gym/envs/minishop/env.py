@@ -10,12 +10,13 @@ so seeds 0..499 on the test split are WebShop's test protocol; ``options={"goal_
 
 from __future__ import annotations
 
+import os
 from functools import lru_cache
 from typing import Any
 
 from gagpo_gym.core import TextEnv, normalize_command
 from gagpo_gym.envs.minishop.catalog import Catalog, generated_catalog, load_webshop
-from gagpo_gym.envs.minishop.engine import BACK, BUY, PREV, PageState, Shop, tokenize
+from gagpo_gym.envs.minishop.engine import BACK, BUY, NEXT, PREV, RESULTS_PER_PAGE, PageState, Shop, tokenize
 from gagpo_gym.envs.minishop.reward import get_option_reward, get_reward, goal_option_values
 
 DEFAULT_CATALOG_SIZE = 3000
@@ -40,7 +41,7 @@ def search_candidates(goal: dict) -> list[str]:
         query,
     ]
     cleaned = (" ".join(tokenize(c)) for c in candidates)
-    return [f"search[{c}]" for c in dict.fromkeys(c for c in cleaned if c)] or ["search[shop]"]
+    return [f"search[{c}]" for c in dict.fromkeys(c for c in cleaned if c)] or ["search[shop]"]  # never empty
 
 
 class MiniShopEnv(TextEnv):
@@ -49,27 +50,27 @@ class MiniShopEnv(TextEnv):
     def __init__(
         self,
         split: str = "train",
-        catalog_size: int | None = DEFAULT_CATALOG_SIZE,
+        catalog_size: int | None = None,
         data_path: str | None = None,
         render_mode: str | None = None,
     ) -> None:
+        """``catalog_size``: products to generate (default 3000), or with ``data_path`` (a folder with the
+        real WebShop files) how many of its products to load (default all)."""
         if split not in SPLITS:
             raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
-        if data_path is None and (
-            not isinstance(catalog_size, int) or isinstance(catalog_size, bool) or catalog_size < MIN_CATALOG_SIZE
-        ):
-            raise ValueError(f"catalog_size must be an int >= {MIN_CATALOG_SIZE}, got {catalog_size!r}")
-        if (
-            data_path is not None
-            and catalog_size is not None
-            and (not isinstance(catalog_size, int) or catalog_size < 1)
-        ):
-            raise ValueError(f"catalog_size must be None or a positive int with data_path, got {catalog_size!r}")
         if data_path is not None and not isinstance(data_path, str):
-            raise ValueError(f"data_path must be a directory path string, got {data_path!r}")
+            raise ValueError(f"data_path must be a folder path (str), got {data_path!r}")
+        low = 1 if data_path is not None else MIN_CATALOG_SIZE
+        if catalog_size is not None and (
+            not isinstance(catalog_size, int) or isinstance(catalog_size, bool) or catalog_size < low
+        ):
+            raise ValueError(f"catalog_size must be None or an int >= {low}, got {catalog_size!r}")
         super().__init__(render_mode=render_mode)
         self.split = split
-        self.shop = _shop(catalog_size, data_path)
+        if data_path is None:
+            self.shop = _shop(catalog_size or DEFAULT_CATALOG_SIZE, None)
+        else:
+            self.shop = _shop(catalog_size, os.path.abspath(data_path))
         self.goals = self.catalog.split(split)
         self.goal: dict = self.goals[0]
         self.goal_index = 0
@@ -181,9 +182,9 @@ class MiniShopEnv(TextEnv):
         results = self.shop.search(state.query)
         if target not in results:
             return f"click[{BACK}]"
-        page = results.index(target) // 10 + 1
+        page = results.index(target) // RESULTS_PER_PAGE + 1
         if page > state.page_no:
-            return "click[next >]"
+            return f"click[{NEXT}]"
         if page < state.page_no:
             return f"click[{PREV}]"
         return f"click[{target.lower()}]"
@@ -204,12 +205,21 @@ class MiniShopEnv(TextEnv):
         return self._plan
 
     def _best_options(self, asin: str) -> dict[str, str]:
-        """Per option of the product, the value matching the most goal options (an exact value first)."""
+        """Per option of the product, the value matching the most goal options (an exact value first).
+
+        Only values whose click sets that option are considered (in real data a value can be listed under two
+        options, or read like a button), so following this never loops.
+        """
         wanted = goal_option_values(self.goal)
+        item = PageState(page="item", asin=asin)
         best = {}
         for name, values in self.catalog.by_asin[asin]["options"].items():
-            scored = [(get_option_reward([v], wanted)[1], v in wanted, -i, v) for i, v in enumerate(values)]
-            top = max(scored)
+            scored = [
+                (get_option_reward([v], wanted)[1], v in wanted, -i, v)
+                for i, v in enumerate(values)
+                if v in self.shop.clickables(item) and self.shop.click(item, v).chosen() == {name: v}
+            ]
+            top = max(scored, default=(0, False, 0, ""))
             if top[0] > 0:
                 best[name] = top[3]
         return best
