@@ -23,6 +23,7 @@ from reference_advantages import (
     ref_gigpo,
     ref_group_state_means,
     ref_grpo,
+    ref_normalize,
     ref_rloo,
     ref_step_group_stats,
     split_episodes,
@@ -34,6 +35,7 @@ from agents.advantages import (
     gagpo_advantages,
     gigpo_advantages,
     grpo_advantages,
+    normalize_advantages,
     rloo_advantages,
     step_group_stats,
 )
@@ -134,7 +136,7 @@ def base(d: dict, *names: str) -> dict:
 # ---------------------------------------------------------------------------------------------------------
 
 
-@settings(max_examples=1000, **PROFILE)
+@settings(max_examples=800, **PROFILE)
 @given(
     layout=layouts(),
     gamma=UNIT,
@@ -149,7 +151,7 @@ def test_gagpo_matches_reference(layout, gamma, lam, normalize, bootstrap, eps):
     assert_allclose(gagpo_advantages(**d, **options), ref_gagpo(**d, **options), **TOL)
 
 
-@settings(max_examples=600, **PROFILE)
+@settings(max_examples=500, **PROFILE)
 @given(
     layout=layouts(),
     gamma=UNIT,
@@ -163,7 +165,7 @@ def test_gigpo_matches_reference(layout, gamma, omega, std_norm, episode_stats):
     assert_allclose(gigpo_advantages(**d, **options), ref_gigpo(**d, **options), **TOL)
 
 
-@settings(max_examples=400, **PROFILE)
+@settings(max_examples=250, **PROFILE)
 @given(layout=layouts(), eps=st.sampled_from([1e-6, 1e-2]))
 def test_grpo_and_rloo_match_reference(layout, eps):
     d = base(assemble(*layout), "rewards", "episode_index", "group_index")
@@ -171,7 +173,7 @@ def test_grpo_and_rloo_match_reference(layout, eps):
     assert_allclose(rloo_advantages(**d), ref_rloo(**d), **TOL)
 
 
-@settings(max_examples=400, **PROFILE)
+@settings(max_examples=250, **PROFILE)
 @given(layout=layouts(key_kind="int"), gamma=UNIT, lam=UNIT, data=st.data())
 def test_gae_matches_reference(layout, gamma, lam, data):
     d = assemble(*layout)
@@ -183,14 +185,14 @@ def test_gae_matches_reference(layout, gamma, lam, data):
     assert_allclose(fast, ref_gae(**args, last_values=last_values, gamma=gamma, lam=lam), **TOL)
 
 
-@settings(max_examples=300, **PROFILE)
+@settings(max_examples=250, **PROFILE)
 @given(layout=layouts(), gamma=UNIT)
 def test_discounted_returns_match_reference(layout, gamma):
     d = base(assemble(*layout), "rewards", "episode_index")
     assert_allclose(discounted_returns(**d, gamma=gamma), ref_discounted_returns(**d, gamma=gamma), **TOL)
 
 
-@settings(max_examples=300, **PROFILE)
+@settings(max_examples=250, **PROFILE)
 @given(layout=layouts())
 def test_step_group_stats_match_reference(layout):
     d = base(assemble(*layout), "group_index", "state_keys")
@@ -200,7 +202,20 @@ def test_step_group_stats_match_reference(layout):
         assert fast[name] == pytest.approx(value, rel=1e-12), name
 
 
-@settings(max_examples=300, **PROFILE)
+@settings(max_examples=250, **PROFILE)
+@given(
+    groups=st.lists(st.integers(-3, 3), max_size=30),
+    mode=st.sampled_from(["group", "batch", "none"]),
+    data=st.data(),
+)
+def test_normalize_advantages_matches_reference(groups, mode, data):
+    advantages = data.draw(st.lists(REWARDS, min_size=len(groups), max_size=len(groups)))
+    fast = normalize_advantages(advantages, np.array(groups, dtype=np.int64), mode=mode)
+    assert fast.shape == (len(groups),)
+    assert_allclose(fast, ref_normalize(advantages, groups, mode, 1e-6), **TOL)
+
+
+@settings(max_examples=250, **PROFILE)
 @given(layout=layouts(key_kind="int"), gamma=UNIT, lam=UNIT, data=st.data())
 def test_gagpo_ignores_order_and_labels(layout, gamma, lam, data):
     """Reordering episodes, renaming groups and turning int keys into str keys changes no advantage."""
@@ -223,7 +238,7 @@ def test_gagpo_ignores_order_and_labels(layout, gamma, lam, data):
 # ---------------------------------------------------------------------------------------------------------
 
 
-@settings(max_examples=300, **PROFILE)
+@settings(max_examples=250, **PROFILE)
 @given(layout=layouts(), gamma=UNIT, bootstrap=st.booleans())
 def test_lam_one_telescopes_to_return_minus_value(layout, gamma, bootstrap):
     """lam=1: A_t = R_t - Vbar(g, s_t), plus gamma^(rows left) * Vbar(g, next key) after a bootstrapped end."""
@@ -243,7 +258,7 @@ def test_lam_one_telescopes_to_return_minus_value(layout, gamma, bootstrap):
         assert_allclose(A, R - [vbar[(g, s)] for g, s in zip(groups, keys, strict=True)], **TOL)
 
 
-@settings(max_examples=300, **PROFILE)
+@settings(max_examples=250, **PROFILE)
 @given(layout=layouts(), gamma=UNIT, lam=UNIT, data=st.data())
 def test_run_of_singleton_states_has_zero_delta(layout, gamma, lam, data):
     """Replace an episode's tail by states no other row visits: delta = 0 there, hence A = 0 for every lam."""

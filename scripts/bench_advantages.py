@@ -1,0 +1,197 @@
+"""Time the advantage estimators of ``agents/advantages.py`` on synthetic rollouts of 1e4-1e6 rows.
+
+The data look like a real batch: groups of 8 episodes of 5-50 steps in shuffled order, int64 state keys
+drawn from a per-group pool so that most rows share their (group, state) set with other rows, occasional
+-0.1 penalties, success rewards on terminated episodes and truncated episodes that can bootstrap. Also
+times str keys at 1e5 rows and the slow reference of ``tests/reference_advantages.py`` at 1e4 rows.
+
+    python scripts/bench_advantages.py [--sizes 10000 100000 1000000] [--repeats 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+import reference_advantages as ref  # noqa: E402
+
+from agents.advantages import (  # noqa: E402
+    discounted_returns,
+    gae_advantages,
+    gagpo_advantages,
+    gigpo_advantages,
+    grpo_advantages,
+    rloo_advantages,
+    step_group_stats,
+)
+
+GROUP_SIZE = 8
+MIN_LEN, MAX_LEN = 5, 50
+POOL_PER_ROW = 1.0  # distinct states per group, relative to the group's rows
+TARGET_GAGPO_1M_S = 0.5
+
+
+def synthetic_batch(n_rows: int, *, str_keys: bool = False, seed: int = 0) -> dict[str, np.ndarray]:
+    """A rollout batch of exactly ``n_rows`` rows (the last episode is cut short)."""
+    rng = np.random.default_rng(seed)
+    n_groups = int(1.2 * n_rows / (GROUP_SIZE * (MIN_LEN + MAX_LEN) / 2)) + 1
+    lengths = rng.integers(MIN_LEN, MAX_LEN + 1, size=n_groups * GROUP_SIZE)
+    group_of_ep = np.repeat(np.arange(n_groups), GROUP_SIZE)
+    keep = np.searchsorted(np.cumsum(lengths), n_rows) + 1
+    lengths, group_of_ep = lengths[:keep], group_of_ep[:keep]
+    lengths[-1] -= lengths.sum() - n_rows
+    group_rows = np.bincount(group_of_ep, weights=lengths)
+    # Episodes of different groups interleave, as when a vector env's slots finish at different times.
+    order = rng.permutation(keep)
+    lengths, group_of_ep = lengths[order], group_of_ep[order]
+
+    group = np.repeat(group_of_ep, lengths)
+    episode = np.repeat(rng.choice(2**40, size=keep, replace=False), lengths)
+    # States: a per-group pool, skewed towards the first (start-like) states, which every episode revisits.
+    pool = np.maximum(1, (POOL_PER_ROW * group_rows[group]).astype(np.int64))
+    state = (pool * rng.random(n_rows) ** 2).astype(np.int64)
+    is_last = np.r_[episode[1:] != episode[:-1], True]
+    terminated = is_last & (rng.random(n_rows) < 0.6)
+    rewards = np.where(rng.random(n_rows) < 0.1, -0.1, 0.0) + np.where(terminated, 1.0, 0.0)
+    next_state = np.r_[state[1:], 0]
+    next_state[is_last] = (pool * rng.random(n_rows) ** 2).astype(np.int64)[is_last]
+
+    group_ids = rng.choice(2**62, size=n_groups, replace=False) - 2**61
+    if str_keys:
+        keys = np.array([f"task{g}|room {s}|holding nothing" for g, s in zip(group, state, strict=True)], dtype=object)
+        next_keys = np.array([f"task{g}|room {s}|holding nothing" for g, s in zip(group, next_state, strict=True)],
+                             dtype=object)  # fmt: skip
+    else:
+        mix = np.uint64(0x9E3779B97F4A7C15)
+        keys = ((group.astype(np.uint64) << np.uint64(32)) + state.astype(np.uint64)) * mix
+        next_keys = ((group.astype(np.uint64) << np.uint64(32)) + next_state.astype(np.uint64)) * mix
+        keys, next_keys = keys.view(np.int64), next_keys.view(np.int64)
+    return {
+        "rewards": rewards,
+        "episode_index": episode,
+        "group_index": group_ids[group],
+        "state_keys": keys,
+        "next_state_keys": next_keys,
+        "terminated": terminated,
+        "values": rng.normal(size=n_rows),
+    }
+
+
+def as_calls(fns: dict[str, Callable]) -> dict[str, Callable[[dict], object]]:
+    """Each estimator as a call on a batch; ``fns`` maps estimator names to functions with the same arguments."""
+    arguments = {
+        "gagpo": ("rewards", "episode_index", "group_index", "state_keys", "next_state_keys", "terminated"),
+        "gigpo": ("rewards", "episode_index", "group_index", "state_keys"),
+        "grpo": ("rewards", "episode_index", "group_index"),
+        "rloo": ("rewards", "episode_index", "group_index"),
+        "gae": ("rewards", "values", "episode_index", "terminated"),
+        "discounted_returns": ("rewards", "episode_index"),
+        "step_group_stats": ("group_index", "state_keys"),
+    }
+    return {name: (lambda b, f=fns[name], a=arrays: f(*(b[k] for k in a))) for name, arrays in arguments.items()}
+
+
+FAST = as_calls(
+    {
+        "gagpo": gagpo_advantages,
+        "gigpo": gigpo_advantages,
+        "grpo": grpo_advantages,
+        "rloo": rloo_advantages,
+        "gae": gae_advantages,
+        "discounted_returns": discounted_returns,
+        "step_group_stats": step_group_stats,
+    }
+)
+SLOW = as_calls(
+    {
+        "gagpo": ref.ref_gagpo,
+        "gigpo": ref.ref_gigpo,
+        "grpo": ref.ref_grpo,
+        "rloo": ref.ref_rloo,
+        "gae": ref.ref_gae,
+        "discounted_returns": ref.ref_discounted_returns,
+        "step_group_stats": ref.ref_step_group_stats,
+    }
+)
+
+
+def median_time(fn: Callable[[dict], object], batch: dict, repeats: int) -> float:
+    """Median wall time of ``repeats`` calls, after one warm-up call."""
+    fn(batch)
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn(batch)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def environment_line() -> str:
+    blas = np.show_config(mode="dicts")["Build Dependencies"]["blas"]
+    threads = {
+        k: os.environ[k] for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS") if k in os.environ
+    }
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return (
+        f"Python {platform.python_version()}, numpy {np.__version__}, BLAS {blas.get('name')} "
+        f"{blas.get('version')}, usable cores {cores}, thread env {threads or 'unset'} "
+        "(the estimators use sorts and bincounts, which run on one thread)"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--str-size", type=int, default=100_000, help="rows of the str-key run (0: skip)")
+    parser.add_argument("--ref-size", type=int, default=10_000, help="rows of the slow-reference run (0: skip)")
+    args = parser.parse_args()
+    print(environment_line(), end="\n\n")
+
+    runs = [(n, False) for n in args.sizes] + ([(args.str_size, True)] if args.str_size else [])
+    results: dict[tuple[int, bool], dict[str, float]] = {}
+    print("| rows | keys | singleton rows | (group, state) sets | mean set size |")
+    print("|---:|---|---:|---:|---:|")
+    for n, str_keys in runs:
+        batch = synthetic_batch(n, str_keys=str_keys)
+        stats = step_group_stats(batch["group_index"], batch["state_keys"])
+        print(f"| {n:,} | {'str' if str_keys else 'int64'} | {stats['singleton_row_share']:.1%} | "
+              f"{stats['sets']:,} | {stats['set_size_mean']:.2f} |")  # fmt: skip
+        repeats = max(3, args.repeats if n <= 100_000 else args.repeats // 2)
+        results[(n, str_keys)] = {name: median_time(fn, batch, repeats) for name, fn in FAST.items()}
+
+    print("\nMedian time per call (ms) and rows/s:\n")
+    header = [f"{n:,} {'str (object array)' if s else 'int64'}" for n, s in runs]
+    print("| estimator | " + " | ".join(header) + " |")
+    print("|---|" + "---:|" * len(runs))
+    for name in FAST:
+        cells = [f"{results[run][name] * 1e3:.1f} ms ({run[0] / results[run][name] / 1e6:.1f} M/s)" for run in runs]
+        print(f"| {name} | " + " | ".join(cells) + " |")
+
+    if args.ref_size:
+        batch = synthetic_batch(args.ref_size)
+        print(f"\nSlow reference (tests/reference_advantages.py) at {args.ref_size:,} int64 rows:\n")
+        print("| estimator | reference | vectorised | speed-up |")
+        print("|---|---:|---:|---:|")
+        for name, slow in SLOW.items():
+            t_ref = median_time(slow, batch, 1)
+            t_fast = median_time(FAST[name], batch, args.repeats)
+            print(f"| {name} | {t_ref * 1e3:.1f} ms | {t_fast * 1e3:.2f} ms | {t_ref / t_fast:.0f}x |")
+
+    if 1_000_000 in args.sizes:
+        t = results[(1_000_000, False)]["gagpo"]
+        verdict = "meets" if t <= TARGET_GAGPO_1M_S else "MISSES"
+        print(f"\nGAGPO on 1M rows: {t:.3f} s ({verdict} the {TARGET_GAGPO_1M_S} s target)")
+
+
+if __name__ == "__main__":
+    main()
