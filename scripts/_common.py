@@ -1,0 +1,296 @@
+"""Shared pieces of the command-line scripts: argument checks, reference policies, the paper-style table."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # `python scripts/x.py` from a checkout that is not pip-installed
+    sys.path.insert(0, str(ROOT))
+
+import gagpo_gym  # noqa: E402
+
+try:  # the scripts print their own progress; Hugging Face's per-save shard bars are noise here
+    from transformers.utils import logging as _hf_logging
+
+    _hf_logging.disable_progress_bar()
+except ImportError:
+    pass
+
+#: The paper's ALFWorld columns, from the envs' short task-type names (ALFWorld's long names map too).
+TASK_TYPE_COLUMNS: dict[str, str] = {
+    "pick": "Pick",
+    "look": "Look",
+    "clean": "Clean",
+    "heat": "Heat",
+    "cool": "Cool",
+    "pick2": "Pick2",
+    "pick_and_place_simple": "Pick",
+    "look_at_obj_in_light": "Look",
+    "pick_clean_then_place_in_recep": "Clean",
+    "pick_heat_then_place_in_recep": "Heat",
+    "pick_cool_then_place_in_recep": "Cool",
+    "pick_two_obj_and_place": "Pick2",
+}
+ALFWORLD_ORDER = ("Pick", "Look", "Clean", "Heat", "Cool", "Pick2")
+#: Envs whose table follows the paper's ALFWorld shape / WebShop shape.
+HOUSEHOLD_ENVS = ("ALFWorld", "MiniHouse")
+SHOP_ENVS = ("MiniShop", "WebShop")
+
+
+def fail(message: str, code: int = 2) -> NoReturn:
+    """One readable line on stderr and a non-zero exit: what a user needs, no traceback."""
+    print(f"error: {message}", file=sys.stderr)
+    raise SystemExit(code)
+
+
+def resolve_env_id(env_id: str) -> str:
+    """The full registered id (``Maze-v0`` -> ``gagpo_gym/Maze-v0``), or exit with the list of known ids."""
+    full = env_id if "/" in env_id else f"{gagpo_gym.registration.NAMESPACE}/{env_id}"
+    import gymnasium as gym
+
+    if full not in gym.registry:
+        fail(f"unknown env {env_id!r}; registered: {', '.join(gagpo_gym.registered_text_envs())}")
+    return full
+
+
+def parse_json_kwargs(text: str | None, flag: str = "--env-kwargs") -> dict[str, Any]:
+    """A JSON object from the command line, or exit with a readable message."""
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as err:
+        fail(f"{flag} is not valid JSON ({err.msg} at char {err.pos}): {text!r}")
+    if not isinstance(value, dict):
+        fail(f'{flag} must be a JSON object like \'{{"size": "small"}}\', got {text!r}')
+    return value
+
+
+def check_env_kwargs(env_id: str, env_kwargs: dict[str, Any]) -> None:
+    """Build the env once so that a bad constructor argument is reported before any work starts."""
+    try:
+        gagpo_gym.make(env_id, **env_kwargs).close()
+    except (TypeError, ValueError) as err:
+        fail(f"cannot make {env_id} with {env_kwargs}: {err}")
+
+
+def env_factory(env_id: str, env_kwargs: dict[str, Any]) -> Callable[[], Any]:
+    """A factory of plain (unwrapped) envs, for the reference policies."""
+    import functools
+
+    return functools.partial(gagpo_gym.make, env_id, **env_kwargs)
+
+
+def expert_policy(obs: Sequence[str], infos: Sequence[dict], venv: Any, indices: Sequence[int]) -> list[str]:
+    """The env's own expert (``env.unwrapped.expert_action()``)."""
+    return list(venv.call("expert_action", indices=list(indices)))
+
+
+def random_policy(seed: int) -> Callable[..., list[str]]:
+    """Uniform over the admissible actions, from a seeded PCG64 stream (the same on every machine)."""
+    rng = np.random.default_rng(seed)
+
+    def act(obs: Sequence[str], infos: Sequence[dict], venv: Any, indices: Sequence[int]) -> list[str]:
+        return [str(info["admissible_actions"][rng.integers(len(info["admissible_actions"]))]) for info in infos]
+
+    return act
+
+
+def table_kind(env_id: str) -> str:
+    """``"household"`` (per-task-type success), ``"shop"`` (score and success) or ``"generic"``."""
+    name = env_id.split("/")[-1]
+    if name.startswith(HOUSEHOLD_ENVS):
+        return "household"
+    if name.startswith(SHOP_ENVS):
+        return "shop"
+    return "generic"
+
+
+def table_row(name: str, metrics: dict[str, Any], kind: str) -> dict[str, Any]:
+    """One row of the paper-style table (success in %, score = 100 x mean score) as plain numbers."""
+    row: dict[str, Any] = {"agent": name}
+    if kind == "household":
+        per_column: dict[str, list[float]] = {c: [] for c in ALFWORLD_ORDER}
+        for episode in metrics["episodes"]:
+            column = TASK_TYPE_COLUMNS.get(str(episode.get("task_type")))
+            if column is not None:
+                per_column[column].append(float(episode["won"]))
+        for column in ALFWORLD_ORDER:
+            values = per_column[column]
+            row[column] = 100.0 * float(np.mean(values)) if values else None
+        row["All"] = 100.0 * metrics["success_rate"]
+    elif kind == "shop":
+        row["Score"] = 100.0 * metrics["score"]
+        row["Success"] = 100.0 * metrics["success_rate"]
+    else:
+        row["Success"] = 100.0 * metrics["success_rate"]
+        row["Return"] = metrics["mean_return"]
+    row["Length"] = metrics["mean_length"]
+    row["Invalid"] = 100.0 * metrics["invalid_rate"]
+    row["Tasks"] = metrics["n_tasks"]
+    return row
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.1f}" if abs(value) >= 10 or value == 0 else f"{value:.2f}"
+    return str(value)
+
+
+def markdown_table(rows: list[dict[str, Any]], columns: Sequence[str] | None = None) -> str:
+    """A GitHub Markdown table; ``None`` prints as ``-`` (no task of that type in the panel)."""
+    if not rows:
+        return ""
+    columns = list(columns or rows[0].keys())
+    lines = ["| " + " | ".join(columns) + " |", "|" + "|".join("---" for _ in columns) + "|"]
+    lines += ["| " + " | ".join(_cell(r.get(c)) for c in columns) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def table_legend(kind: str) -> str:
+    """What the columns mean, printed under the table."""
+    first = {
+        "household": "Pick..Pick2, All: success rate (%) per task type and overall",
+        "shop": "Score: 100 x mean final score; Success: % of tasks with score 1",
+        "generic": "Success: % of tasks solved; Return: mean episode return (penalties included)",
+    }[kind]
+    return f"{first}; Length: mean episode length (steps); Invalid: % invalid actions; Tasks: panel size."
+
+
+def write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
+    """Rows of dicts to CSV with the union of their keys as the header (first-seen order)."""
+    import csv
+
+    header: list[str] = []
+    for row in rows:
+        header += [k for k in row if k not in header]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=header)
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+# ----- GAGPOConfig -> command-line flags -------------------------------------------------------------------
+#: Help for GAGPOConfig's fields; a field missing here is described by its comment in agents/config.py.
+FIELD_HELP: dict[str, str] = {
+    "num_groups": "rollout groups (tasks) per iteration",
+    "group_size": "episodes per group, all on the same task",
+    "gamma": "discount factor",
+    "bootstrap_truncated": "GAGPO: bootstrap a time-limit truncation with the group's value of the next state",
+    "omega": "GiGPO: weight of the step-level term",
+    "gigpo_std_norm": "GiGPO: divide by the std (GRPO-style) in both terms",
+    "adv_eps": "epsilon added to the std in every normalisation",
+    "history_length": "previous (observation, action) pairs shown in the prompt",
+    "max_prompt_tokens": "prompt length cap (older history is dropped first)",
+    "max_new_tokens": "generate mode: tokens per response",
+    "show_admissible": "list the admissible actions in the prompt",
+    "invalid_action_penalty": "reward subtracted for an invalid or unparsable action",
+    "temperature": "sampling temperature during rollouts",
+    "learning_rate": "AdamW learning rate; none: 1e-3 for the tiny model, 1e-6 otherwise",
+    "n_epochs": "passes over each rollout in the update",
+    "clip_range_low": "PPO clip: lower bound 1 - clip_range_low on the ratio",
+    "clip_range_high": "PPO clip: upper bound 1 + clip_range_high on the ratio",
+    "ent_coef": "entropy bonus coefficient",
+    "vf_coef": "value-loss coefficient (ppo estimator only)",
+    "max_grad_norm": "gradient-norm clipping threshold",
+    "weight_decay": "AdamW weight decay",
+    "device": "auto | cpu | cuda | cuda:N | mps",
+    "dtype": "auto (bf16 on CUDA, fp32 otherwise) | float32 | bfloat16 | float16",
+    "lora_r": "LoRA rank (0: full fine-tuning)",
+    "lora_alpha": "LoRA alpha",
+    "gradient_checkpointing": "trade compute for memory in the update",
+    "tiny_vocab_size": "tiny model: BPE vocabulary size (trained on the env's text)",
+    "tiny_hidden_size": "tiny model: hidden size",
+    "tiny_layers": "tiny model: transformer layers",
+    "seed": "seed for the model, sampling and the task sampler",
+}
+
+
+def _config_comments() -> dict[str, str]:
+    """Trailing ``# ...`` comments of GAGPOConfig's fields, read from its source (one source of truth)."""
+    import inspect
+    import io
+    import tokenize
+
+    from agents.config import GAGPOConfig
+
+    comments: dict[str, str] = {}
+    name = None
+    for token in tokenize.generate_tokens(io.StringIO(inspect.getsource(GAGPOConfig)).readline):
+        if token.type == tokenize.NL or token.type == tokenize.NEWLINE:
+            name = None
+        elif token.type == tokenize.NAME and name is None and token.start[1] == 4:
+            name = token.string
+        elif token.type == tokenize.COMMENT and name is not None and token.start[1] > 4:
+            comments[name] = token.string.lstrip("# ").strip()
+    return comments
+
+
+def _optional_float(text: str) -> float | None:
+    if text.lower() in ("none", "auto"):
+        return None
+    return float(text)
+
+
+def add_config_arguments(parser: Any, skip: Sequence[str] = ()) -> list[str]:
+    """One flag per GAGPOConfig field (``num_groups`` -> ``--num-groups``), typed, with default and help.
+
+    Defaults are not stored in the namespace (``argparse.SUPPRESS``): :func:`config_overrides` returns exactly
+    the values the user gave, so a resumed run keeps its saved hyperparameters unless a flag overrides one.
+    """
+    import argparse
+    import dataclasses
+    import typing
+
+    from agents.config import ESTIMATORS, GAGPOConfig
+
+    hints = typing.get_type_hints(GAGPOConfig)
+    comments = _config_comments()
+    group = parser.add_argument_group("hyperparameters (agents.config.GAGPOConfig)")
+    names = []
+    for field in dataclasses.fields(GAGPOConfig):
+        if field.name in skip:
+            continue
+        names.append(field.name)
+        hint = hints[field.name]
+        text = FIELD_HELP.get(field.name) or comments.get(field.name) or field.name.replace("_", " ")
+        kwargs: dict[str, Any] = {"dest": field.name, "default": argparse.SUPPRESS}
+        if hint is bool:
+            kwargs["action"] = argparse.BooleanOptionalAction
+            type_name = "bool"
+        elif hint in (int, float, str):
+            kwargs["type"], type_name = hint, hint.__name__
+            kwargs["metavar"] = type_name.upper()
+        else:  # float | None
+            kwargs["type"], type_name = _optional_float, "float|none"
+            kwargs["metavar"] = "FLOAT"
+        if field.name == "estimator":
+            kwargs["choices"] = ESTIMATORS
+        kwargs["help"] = f"{text} ({type_name}, default: {field.default})"
+        group.add_argument("--" + field.name.replace("_", "-"), **kwargs)
+    return names
+
+
+def config_overrides(args: Any, names: Sequence[str]) -> dict[str, Any]:
+    """The hyperparameters given on the command line."""
+    return {name: getattr(args, name) for name in names if hasattr(args, name)}
+
+
+def validated_config(values: dict[str, Any]) -> Any:
+    """GAGPOConfig(**values), or exit with its one-line message."""
+    from agents.config import GAGPOConfig
+
+    try:
+        return GAGPOConfig(**values)
+    except ValueError as err:
+        fail(str(err))

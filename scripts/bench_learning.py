@@ -1,0 +1,470 @@
+"""Learning-speed benchmark: GAGPO against GiGPO, GRPO, RLOO and PPO on the same tasks, seeds and step budget.
+
+    python scripts/bench_learning.py --quick                       # Maze, all five estimators, 3 seeds
+    python scripts/bench_learning.py --quick --envs minihouse
+    python scripts/bench_learning.py --full --envs maze minihouse --lam-sweep 0 0.5 0.8 0.95 1
+
+Every run trains the tiny model from the same initial weights (per seed) with one estimator, and every
+``eval_every`` env steps plays a fixed panel of tasks (seeds ``0..eval_tasks-1``, greedy actions). Reported per
+estimator: success against env steps, env steps to reach the success bar, final success, mean episode length, the
+area under the success curve, and the advantage diagnostics the agent logs (IQR, share of |A| > 1, singleton
+share, gradient norm), averaged over iterations and seeds. Outputs (``--out``, default ``results/``):
+``learning_<env>.md`` (the tables), ``.csv`` (one row per evaluation), ``_iterations.csv`` (one row per training
+iteration, from the agent's logger), ``.json`` (everything) and ``.png`` (mean +- std curves).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from _common import (
+    ROOT,
+    add_config_arguments,
+    config_overrides,
+    fail,
+    markdown_table,
+    parse_json_kwargs,
+    resolve_env_id,
+    validated_config,
+    write_csv,
+)
+from stable_baselines3.common.logger import KVWriter, Logger
+
+from agents.config import ESTIMATORS
+
+
+@dataclass(frozen=True)
+class EnvSetup:
+    """An env as benchmarked: constructor arguments, hyperparameters that suit it, and the success bar."""
+
+    env_id: str
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    config: dict[str, Any] = field(default_factory=dict)
+    bar: float = 0.8
+    note: str = ""
+
+
+#: Named benchmark envs. Small instances, so that a from-scratch tiny model learns within a CPU budget.
+ENVS: dict[str, EnvSetup] = {
+    "maze": EnvSetup(
+        "gagpo_gym/Maze-v0",
+        {"width": 4, "height": 4, "rooms": 1, "room_size": 2, "loops": 2, "min_path": 3, "max_path": 6,
+         "max_episode_steps": 20},
+        {"num_groups": 4, "group_size": 4, "history_length": 1},
+        bar=0.8,
+        note="4x4 maze with one room and 2 loops, shortest path 3-6 steps, 20-step limit",
+    ),
+    "minihouse": EnvSetup(
+        "gagpo_gym/MiniHouse-v0",
+        {"size": "small", "task_types": ["pick"], "max_episode_steps": 20},
+        {"num_groups": 4, "group_size": 4, "history_length": 1},
+        bar=0.5,
+        note="small houses, pick-and-place tasks, 20-step limit",
+    ),
+}  # fmt: skip
+
+#: Budgets. ``quick`` is sized to finish one env (5 estimators x 3 seeds) in about 15 minutes on a shared 2-core CPU.
+PRESETS: dict[str, dict[str, Any]] = {
+    "quick": {"total_steps": 3000, "eval_every": 500, "eval_tasks": 24, "seeds": [0, 1, 2]},
+    "full": {"total_steps": 30000, "eval_every": 2500, "eval_tasks": 64, "seeds": [0, 1, 2, 3, 4]},
+}
+DIAGNOSTICS = {
+    "advantage/iqr": "adv IQR",
+    "advantage/share_abs_gt_1": "share abs(A)>1",
+    "advantage/singleton_share": "singleton share",
+    "train/grad_norm": "grad norm",
+    "train/clip_fraction": "clip frac",
+}
+
+
+class _Recorder(KVWriter):
+    """An SB3 logger output that keeps every dumped record (one per training iteration) in memory."""
+
+    def __init__(self) -> None:
+        self.rows: list[dict[str, float]] = []
+
+    def write(self, key_values: dict[str, Any], key_excluded: dict[str, Any], step: int = 0) -> None:
+        row = {"steps": int(step)}
+        row.update({k: float(v) for k, v in key_values.items() if isinstance(v, (int, float, np.integer, np.floating))})
+        self.rows.append(row)
+
+    def close(self) -> None:
+        pass
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One training run of the benchmark (picklable: runs may go to worker processes)."""
+
+    env_name: str
+    setup: EnvSetup
+    label: str
+    estimator: str
+    seed: int
+    config: dict[str, Any]
+    total_steps: int
+    eval_every: int
+    eval_tasks: int
+    sampled_eval: bool
+
+
+def run_one(spec: RunSpec) -> dict[str, Any]:
+    """Train one agent in chunks of ``eval_every`` env steps and evaluate the panel after each chunk."""
+    from agents.gagpo import GAGPOAgent
+
+    started = time.perf_counter()
+    agent = GAGPOAgent(
+        spec.setup.env_id,
+        estimator=spec.estimator,
+        env_kwargs=spec.setup.env_kwargs,
+        verbose=0,
+        seed=spec.seed,
+        **spec.config,
+    )
+    recorder = _Recorder()
+    agent.set_logger(Logger(folder=None, output_formats=[recorder]))
+    build_s = time.perf_counter() - started
+    curve: list[dict[str, Any]] = []
+    eval_s = 0.0
+    target = 0
+    while True:
+        t0 = time.perf_counter()
+        metrics = agent.evaluate(
+            n_tasks=spec.eval_tasks, deterministic=not spec.sampled_eval, batch_size=spec.eval_tasks
+        )
+        eval_s += time.perf_counter() - t0
+        curve.append({
+            "target_steps": target, "steps": agent.num_timesteps, "success": metrics["success_rate"],
+            "score": metrics["score"], "mean_length": metrics["mean_length"],
+            "invalid_rate": metrics["invalid_rate"], "wall_s": time.perf_counter() - started,
+        })  # fmt: skip
+        if target >= spec.total_steps:
+            break
+        target = min(target + spec.eval_every, spec.total_steps)
+        if agent.num_timesteps < target:
+            agent.learn(target - agent.num_timesteps, reset_num_timesteps=False, log_interval=1)
+    wall = time.perf_counter() - started
+    return {
+        "env": spec.env_name, "label": spec.label, "estimator": spec.estimator, "seed": spec.seed,
+        "config": agent.config.to_dict(), "curve": curve, "iterations": recorder.rows,
+        "wall_s": wall, "build_s": build_s, "eval_s": eval_s, "train_s": wall - build_s - eval_s,
+    }  # fmt: skip
+
+
+# ----- summaries -------------------------------------------------------------------------------------------
+def steps_to_bar(curve: list[dict[str, Any]], bar: float) -> int | None:
+    """Env steps at the first evaluation whose success reaches ``bar`` (None if none does)."""
+    for point in curve:
+        if point["success"] >= bar - 1e-12:
+            return int(point["steps"])
+    return None
+
+
+def _mean_sd(values: list[float]) -> str:
+    if not values:
+        return "-"
+    mean = float(np.mean(values))
+    return f"{mean:.2f} +- {float(np.std(values, ddof=1)):.2f}" if len(values) > 1 else f"{mean:.2f}"
+
+
+def summarize(runs: list[dict[str, Any]], labels: list[str], bar: float, budget: int) -> list[dict[str, Any]]:
+    """One row per estimator label: learning speed, final quality, diagnostics (means over seeds)."""
+    rows = []
+    for label in labels:
+        mine = [r for r in runs if r["label"] == label]
+        if not mine:
+            continue
+        reached = [s for s in (steps_to_bar(r["curve"], bar) for r in mine) if s is not None]
+        # Unreached runs count as the whole budget in the censored mean (a lower bound on their true cost).
+        censored = [steps_to_bar(r["curve"], bar) or budget for r in mine]
+        finals = [r["curve"][-1]["success"] for r in mine]
+        row: dict[str, Any] = {
+            "estimator": label,
+            "reached": f"{len(reached)}/{len(mine)}",
+            f"steps to {bar:g} (reached)": f"{np.mean(reached):.0f}" if reached else "-",
+            "steps (censored)": f"{np.mean(censored):.0f}",
+            "final success": _mean_sd(finals),
+            "AUC": f"{np.mean([np.mean([p['success'] for p in r['curve']]) for r in mine]):.3f}",
+            "final length": f"{np.mean([r['curve'][-1]['mean_length'] for r in mine]):.1f}",
+        }
+        for key, name in DIAGNOSTICS.items():
+            per_run = [np.mean([it[key] for it in r["iterations"] if key in it]) for r in mine]
+            per_run = [v for v in per_run if np.isfinite(v)]
+            row[name] = f"{np.mean(per_run):.3f}" if per_run else "-"
+        row["train s/run"] = f"{np.mean([r['train_s'] for r in mine]):.0f}"
+        rows.append(row)
+    return rows
+
+
+def curve_table(runs: list[dict[str, Any]], labels: list[str]) -> list[dict[str, Any]]:
+    """Mean greedy success at each evaluation point (columns: target env steps)."""
+    rows = []
+    for label in labels:
+        mine = [r for r in runs if r["label"] == label]
+        if not mine:
+            continue
+        row: dict[str, Any] = {"estimator": label}
+        for k, point in enumerate(mine[0]["curve"]):
+            row[str(point["target_steps"])] = f"{np.mean([r['curve'][k]['success'] for r in mine]):.2f}"
+        rows.append(row)
+    return rows
+
+
+def plot(runs: list[dict[str, Any]], labels: list[str], bar: float, title: str, path: Path) -> None:
+    """Panel success (left) and training-rollout success (right) against env steps, mean +- std over seeds."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, label in enumerate(labels):
+        mine = [r for r in runs if r["label"] == label]
+        if not mine:
+            continue
+        color = colors[i % len(colors)]
+        x = np.array([p["target_steps"] for p in mine[0]["curve"]])
+        y = np.array([[p["success"] for p in r["curve"]] for r in mine])
+        axes[0].plot(x, y.mean(0), label=label, color=color)
+        axes[0].fill_between(x, y.mean(0) - y.std(0), y.mean(0) + y.std(0), color=color, alpha=0.15)
+        grid = np.linspace(0, x[-1], 60)
+        dense = []
+        for r in mine:
+            steps = np.array([it["steps"] for it in r["iterations"] if "rollout/success_rate" in it])
+            success = np.array([it["rollout/success_rate"] for it in r["iterations"] if "rollout/success_rate" in it])
+            if len(steps):
+                dense.append(np.interp(grid, steps, success, left=np.nan))
+        if dense:
+            d = np.array(dense)
+            with np.errstate(all="ignore"), _quiet_nan_warnings():
+                mean, sd = np.nanmean(d, 0), np.nanstd(d, 0)
+            axes[1].plot(grid, mean, color=color, label=label)
+            axes[1].fill_between(grid, mean - sd, mean + sd, color=color, alpha=0.15)
+    for ax, name in zip(axes, ("panel success (greedy, fixed tasks)", "training rollout success (sampled)")):
+        ax.axhline(bar, color="grey", lw=0.8, ls="--")
+        ax.set_xlabel("env steps")
+        ax.set_title(name)
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("success rate")
+    axes[0].legend(fontsize=8)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _quiet_nan_warnings():
+    import warnings
+
+    ctx = warnings.catch_warnings()
+    ctx.__enter__()
+    warnings.simplefilter("ignore", RuntimeWarning)
+
+    class _Exit:
+        def __enter__(self) -> None:
+            return None
+
+        def __exit__(self, *exc: Any) -> None:
+            ctx.__exit__(*exc)
+
+    return _Exit()
+
+
+# ----- command line ----------------------------------------------------------------------------------------
+def build_parser() -> tuple[argparse.ArgumentParser, list[str]]:
+    parser = argparse.ArgumentParser(
+        description="Env steps to a success bar for GAGPO and its baselines (same envs, seeds and budgets).",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    preset = parser.add_mutually_exclusive_group()
+    preset.add_argument("--quick", action="store_true", help=f"preset {PRESETS['quick']} (the default)")
+    preset.add_argument("--full", action="store_true", help=f"preset {PRESETS['full']}")
+    parser.add_argument("--envs", nargs="+", default=["maze"], help=f"named setups {sorted(ENVS)} or env ids")
+    parser.add_argument("--env-kwargs", default=None, help="JSON merged into every env's constructor arguments")
+    parser.add_argument("--estimators", nargs="+", default=list(ESTIMATORS), choices=ESTIMATORS)
+    parser.add_argument("--seeds", nargs="+", type=int, default=None, help="seeds (preset: 3 or 5)")
+    parser.add_argument("--lam-sweep", nargs="+", type=float, default=None, help="extra GAGPO runs at these lambdas")
+    parser.add_argument("--total-steps", type=int, default=None, help="env-step budget per run (preset)")
+    parser.add_argument("--eval-every", type=int, default=None, help="env steps between evaluations (preset)")
+    parser.add_argument("--eval-tasks", type=int, default=None, help="panel size: tasks 0..N-1 (preset)")
+    parser.add_argument("--eval-sampled", action="store_true", help="sample actions in evaluation (default greedy)")
+    parser.add_argument("--bar", type=float, default=None, help="success bar (default: per env setup)")
+    parser.add_argument("--jobs", type=int, default=1, help="worker processes (1 thread each)")
+    parser.add_argument("--out", default=str(ROOT / "results"), help="output folder")
+    parser.add_argument("--tag", default="", help="suffix of the output file names (learning_<env><tag>.*)")
+    names = add_config_arguments(parser, skip=("estimator", "seed"))
+    return parser, names
+
+
+def _setups(args: argparse.Namespace) -> dict[str, EnvSetup]:
+    extra = parse_json_kwargs(args.env_kwargs)
+    out = {}
+    for name in args.envs:
+        if name in ENVS:
+            setup = ENVS[name]
+        else:
+            env_id = resolve_env_id(name)
+            setup = EnvSetup(env_id)
+            name = env_id.split("/")[-1].lower()
+        setup = dataclasses.replace(setup, env_kwargs={**setup.env_kwargs, **extra})
+        _check_env(setup)
+        out[name] = setup
+    return out
+
+
+def _check_env(setup: EnvSetup) -> None:
+    import gagpo_gym
+
+    try:
+        gagpo_gym.make(setup.env_id, **setup.env_kwargs).close()
+    except (TypeError, ValueError) as err:
+        fail(f"cannot make {setup.env_id} with {setup.env_kwargs}: {err}")
+
+
+def _runs_for(name: str, setup: EnvSetup, args: argparse.Namespace, overrides: dict[str, Any], budget: dict):
+    """The run list: every estimator x seed, plus GAGPO at each lambda of the sweep."""
+    variants: list[tuple[str, str, dict[str, Any]]] = []
+    base = {"torch_threads": 1, **setup.config, **overrides}
+    default_lam = base.get("lam", 0.8)
+    for estimator in args.estimators:
+        label = f"gagpo (lam={default_lam:g})" if estimator == "gagpo" and args.lam_sweep else estimator
+        variants.append((label, estimator, base))
+    for lam in args.lam_sweep or []:
+        if "gagpo" in args.estimators and abs(lam - default_lam) < 1e-12:
+            continue
+        variants.append((f"gagpo (lam={lam:g})", "gagpo", {**base, "lam": lam}))
+    for _, estimator, config in variants:
+        validated_config({**config, "estimator": estimator})
+    specs = [
+        RunSpec(name, setup, label, estimator, seed, config, budget["total_steps"], budget["eval_every"],
+                budget["eval_tasks"], args.eval_sampled)
+        for label, estimator, config in variants
+        for seed in budget["seeds"]
+    ]  # fmt: skip
+    return specs, [label for label, _, _ in variants]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser, names = build_parser()
+    args = parser.parse_args(argv)
+    budget = dict(PRESETS["full" if args.full else "quick"])
+    for key in ("total_steps", "eval_every", "eval_tasks", "seeds"):
+        if getattr(args, key) is not None:
+            budget[key] = getattr(args, key)
+    if budget["total_steps"] < 1 or budget["eval_every"] < 1 or budget["eval_tasks"] < 1 or args.jobs < 1:
+        fail("--total-steps, --eval-every, --eval-tasks and --jobs must be >= 1")
+    if any(not 0 <= lam <= 1 for lam in args.lam_sweep or []):
+        fail(f"--lam-sweep values must be in [0, 1], got {args.lam_sweep}")
+    overrides = config_overrides(args, names)
+    setups = _setups(args)
+    out = Path(args.out)
+    total_started = time.perf_counter()
+    for name, setup in setups.items():
+        specs, labels = _runs_for(name, setup, args, overrides, budget)
+        bar = args.bar if args.bar is not None else setup.bar
+        print(f"== {name}: {setup.env_id} {json.dumps(setup.env_kwargs)}; {len(specs)} runs "
+              f"({len(labels)} estimators x {len(budget['seeds'])} seeds), {budget['total_steps']} env steps each, "
+              f"panel of {budget['eval_tasks']} tasks every {budget['eval_every']} steps", flush=True)  # fmt: skip
+        started = time.perf_counter()
+        runs = list(_execute(specs, args.jobs))
+        elapsed = time.perf_counter() - started
+        write_outputs(out, f"{name}{args.tag}", setup, runs, labels, bar, budget, elapsed, args)
+    print(f"total time {time.perf_counter() - total_started:.0f}s")
+    return 0
+
+
+def _execute(specs: list[RunSpec], jobs: int):
+    if jobs == 1:
+        for spec in specs:
+            result = run_one(spec)
+            _report(result)
+            yield result
+        return
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    import multiprocessing as mp
+
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=mp.get_context("spawn")) as pool:
+        for result in pool.map(run_one, specs):
+            _report(result)
+            yield result
+
+
+def _report(result: dict[str, Any]) -> None:
+    curve = " ".join(f"{p['success']:.2f}" for p in result["curve"])
+    times = f"{result['wall_s']:.0f}s: train {result['train_s']:.0f}s, eval {result['eval_s']:.0f}s"
+    print(f"  {result['label']:<18} seed {result['seed']}: success [{curve}] ({times})", flush=True)
+
+
+def write_outputs(
+    out: Path, stem: str, setup: EnvSetup, runs: list[dict[str, Any]], labels: list[str], bar: float,
+    budget: dict[str, Any], elapsed: float, args: argparse.Namespace,
+) -> None:  # fmt: skip
+    """learning_<stem>.md/.csv/_iterations.csv/.json/.png."""
+    summary = summarize(runs, labels, bar, budget["total_steps"])
+    curves = curve_table(runs, labels)
+    mode = "sampled" if args.eval_sampled else "greedy"
+    header = (
+        f"# Learning speed on {setup.env_id}\n\n"
+        f"- env kwargs: `{json.dumps(setup.env_kwargs)}`{' (' + setup.note + ')' if setup.note else ''}\n"
+        f"- runs: {len(labels)} estimators x seeds {budget['seeds']}, {budget['total_steps']} env steps each, "
+        f"tiny model from scratch; shared hyperparameters: `{json.dumps(_shared_config(runs))}`\n"
+        f"- evaluation: {mode} actions on tasks 0..{budget['eval_tasks'] - 1} every {budget['eval_every']} env "
+        f"steps; success bar {bar:g}\n"
+        f"- wall time: {elapsed:.0f}s for all runs ({os.cpu_count()} CPUs, torch threads 1, jobs {args.jobs})\n"
+    )
+    text = (
+        header
+        + "\n## Summary (means over seeds)\n\n"
+        + markdown_table(summary)
+        + "\n\nsteps to bar (reached): mean env steps at the first evaluation at or above the bar, over the runs that"
+        " reached it; censored: unreached runs counted as the whole budget. AUC: mean panel success over all"
+        " evaluations. Diagnostics: means over training iterations of the agent's logged values.\n"
+        + f"\n## Panel success ({mode}) vs env steps (mean over seeds)\n\n"
+        + markdown_table(curves)
+        + f"\n\n![learning curves](learning_{stem}.png)\n"
+    )
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"learning_{stem}.md").write_text(text)
+    write_csv(out / f"learning_{stem}.csv", [
+        {"estimator": r["label"], "seed": r["seed"], **p} for r in runs for p in r["curve"]
+    ])  # fmt: skip
+    write_csv(out / f"learning_{stem}_iterations.csv", [
+        {"estimator": r["label"], "seed": r["seed"], **it} for r in runs for it in r["iterations"]
+    ])  # fmt: skip
+    payload = {
+        "env_id": setup.env_id, "env_kwargs": setup.env_kwargs, "bar": bar, "budget": budget,
+        "eval": mode, "wall_s": elapsed, "summary": summary, "runs": runs,
+    }  # fmt: skip
+    (out / f"learning_{stem}.json").write_text(json.dumps(payload, indent=1))
+    plot(runs, labels, bar, f"{setup.env_id} {json.dumps(setup.env_kwargs)}", out / f"learning_{stem}.png")
+    print("\n" + text)
+    print(f"wrote {out}/learning_{stem}.{{md,csv,json,png}} and learning_{stem}_iterations.csv", flush=True)
+
+
+def _shared_config(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The hyperparameters every run had in common and that differ from GAGPOConfig's defaults."""
+    from agents.config import GAGPOConfig
+
+    defaults = GAGPOConfig().resolved(tiny=True).to_dict()
+    keys = [k for k in runs[0]["config"] if k not in ("estimator", "seed")]
+    return {
+        k: runs[0]["config"][k]
+        for k in keys
+        if all(r["config"][k] == runs[0]["config"][k] for r in runs) and runs[0]["config"][k] != defaults[k]
+    }
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,143 @@
+"""Evaluate saved agents, the expert and a random policy on a fixed panel of tasks; print the paper's table.
+
+    python scripts/eval.py --env gagpo_gym/Maze-v0                       # expert and random reference rows
+    python scripts/eval.py --env gagpo_gym/MiniHouse-v0 --env-kwargs '{"size": "small"}' \\
+        --agent runs/house_gagpo/final --agent runs/house_grpo/final --expert --random --out results/eval_house
+
+The panel is tasks ``0..N-1`` (``reset(seed=i)``), each played once: the same tasks on every machine. Agents act
+greedily. Columns follow the paper: per-task-type success for ALFWorld/MiniHouse (Pick, Look, Clean, Heat, Cool,
+Pick2, All), score and success for MiniShop, success elsewhere, and the mean episode length.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from _common import (
+    check_env_kwargs,
+    env_factory,
+    expert_policy,
+    fail,
+    markdown_table,
+    parse_json_kwargs,
+    random_policy,
+    resolve_env_id,
+    table_kind,
+    table_legend,
+    table_row,
+    write_csv,
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        description="Evaluate agents and reference policies on a fixed task panel (tasks 0..N-1, each once).",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument("--env", required=True, help="registered env id, e.g. gagpo_gym/Maze-v0")
+    parser.add_argument("--env-kwargs", default=None, help="env constructor arguments as JSON")
+    parser.add_argument("--agent", action="append", default=[], metavar="PATH", help="saved agent (repeatable)")
+    parser.add_argument("--name", action="append", default=[], help="row label for each --agent, in order")
+    parser.add_argument("--expert", action="store_true", help="add the env's expert as a reference row")
+    parser.add_argument("--random", action="store_true", help="add a uniform-random admissible-action row")
+    parser.add_argument("--random-seed", type=int, default=0, help="seed of the random policy's action stream")
+    parser.add_argument("--n-tasks", type=int, default=50, help="panel size: tasks 0..N-1")
+    parser.add_argument("--seed-offset", type=int, default=0, help="panel starts at this task seed")
+    parser.add_argument("--batch-size", type=int, default=16, help="tasks played side by side")
+    parser.add_argument("--sampled", action="store_true", help="agents sample actions instead of acting greedily")
+    parser.add_argument("--out", default=None, help="folder for eval.csv and eval.json")
+    return parser
+
+
+def evaluate_agent(path: str, env_id: str, env_kwargs: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+    from agents.gagpo import GAGPOAgent
+
+    agent = GAGPOAgent.load(path, torch_threads=1)
+    return agent.evaluate(
+        env_id,
+        n_tasks=args.n_tasks,
+        deterministic=not args.sampled,
+        batch_size=args.batch_size,
+        seed_offset=args.seed_offset,
+        env_kwargs=env_kwargs,
+    )
+
+
+def evaluate_reference(act: Any, env_id: str, env_kwargs: dict[str, Any], args: argparse.Namespace) -> dict:
+    from agents.gagpo import run_panel
+
+    return run_panel(
+        act, env_factory(env_id, env_kwargs), args.n_tasks, batch_size=args.batch_size, seed_offset=args.seed_offset
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.n_tasks < 1 or args.batch_size < 1:
+        fail(f"--n-tasks and --batch-size must be >= 1, got {args.n_tasks} and {args.batch_size}")
+    if args.name and len(args.name) != len(args.agent):
+        fail(f"give one --name per --agent ({len(args.agent)} agents, {len(args.name)} names)")
+    env_id = resolve_env_id(args.env)
+    env_kwargs = parse_json_kwargs(args.env_kwargs)
+    from agents.gagpo import AGENT_FILE
+
+    for path in args.agent:
+        if not (Path(path) / AGENT_FILE).is_file():
+            fail(f"no saved agent at {path} (expected {AGENT_FILE} inside; train.py writes <save-dir>/final)")
+    check_env_kwargs(env_id, env_kwargs)
+    if not (args.agent or args.expert or args.random):
+        args.expert = args.random = True
+
+    entries: list[tuple[str, Any]] = []
+    for k, path in enumerate(args.agent):
+        entries.append((args.name[k] if args.name else _agent_label(path), path))
+    if args.expert:
+        entries.append(("expert", expert_policy))
+    if args.random:
+        entries.append(("random", random_policy(args.random_seed)))
+
+    kind = table_kind(env_id)
+    rows, results = [], []
+    for name, what in entries:
+        started = time.perf_counter()
+        try:
+            if isinstance(what, str):
+                metrics = evaluate_agent(what, env_id, env_kwargs, args)
+            else:
+                metrics = evaluate_reference(what, env_id, env_kwargs, args)
+        except AttributeError as err:
+            fail(f"{name}: {env_id} has no expert ({err})")
+        seconds = time.perf_counter() - started
+        rows.append(table_row(name, metrics, kind))
+        results.append(
+            {"agent": name, "source": what if isinstance(what, str) else name, "seconds": seconds, **metrics}
+        )
+
+    panel = f"tasks {args.seed_offset}..{args.seed_offset + args.n_tasks - 1}"
+    print(f"{env_id} {json.dumps(env_kwargs) if env_kwargs else ''} | {panel}, each once\n")
+    print(markdown_table(rows))
+    print(f"\n{table_legend(kind)}")
+    if args.out:
+        out = Path(args.out)
+        write_csv(out / "eval.csv", rows)
+        payload = {"env": env_id, "env_kwargs": env_kwargs, "panel": panel, "table": rows, "results": results}
+        (out / "eval.json").write_text(json.dumps(payload, indent=2))
+        print(f"\nwrote {out / 'eval.csv'} and {out / 'eval.json'}")
+    return 0
+
+
+def _agent_label(path: str) -> str:
+    """``<estimator> @ <steps>`` from the saved agent's metadata, so side-by-side rows say what they are."""
+    from agents.gagpo import AGENT_FILE
+
+    meta = json.loads((Path(path) / AGENT_FILE).read_text())
+    return f"{meta['config']['estimator']} @ {meta['num_timesteps']} steps ({path})"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,216 @@
+"""The user-facing scripts end to end, as a user runs them (subprocesses, tiny budgets, a 3x3 maze).
+
+train.py: every GAGPOConfig field is a flag; train -> checkpoint -> save -> resume continues the step count; bad
+values and unknown envs exit 2 with one readable line. eval.py: the paper-style table with expert and random rows,
+CSV/JSON written, a saved agent as a row, clear failures. bench_learning.py: a micro run writes its tables and plot.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agents.config import GAGPOConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = ROOT / "scripts"
+TINY_MAZE = json.dumps(
+    {"width": 3, "height": 3, "rooms": 0, "loops": 1, "min_path": 2, "max_path": 3, "max_episode_steps": 10}
+)
+TINY_AGENT = ["--num-groups", "2", "--group-size", "2", "--torch-threads", "1", "--tiny-hidden-size", "32"]
+
+
+def run(script: str, *args: str, timeout: int = 120) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+    return subprocess.run(
+        [sys.executable, str(SCRIPTS / script), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+        env=env,
+    )
+
+
+def script(name: str):
+    """A script imported as a module, to call its ``main(argv)`` in this process (no interpreter start-up)."""
+    if str(SCRIPTS) not in sys.path:
+        sys.path.insert(0, str(SCRIPTS))
+    spec = importlib.util.spec_from_file_location(f"script_{name}", SCRIPTS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def call(name: str, *args: str) -> tuple[int, str, str]:
+    """``python scripts/<name>.py ARGS`` in-process: (exit code, stdout, stderr)."""
+    import contextlib
+    import io
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = script(name).main(list(args))
+        except SystemExit as exit_:
+            code = exit_.code
+    return code, out.getvalue(), err.getvalue()
+
+
+def parse_table(stdout: str) -> list[dict[str, str]]:
+    """The rows of the first Markdown table in a script's output."""
+    lines = [line for line in stdout.splitlines() if line.startswith("|")]
+    header = [c.strip() for c in lines[0].strip("|").split("|")]
+    return [dict(zip(header, (c.strip() for c in line.strip("|").split("|")))) for line in lines[2:]]
+
+
+def test_train_help_lists_every_hyperparameter_with_its_default():
+    result = run("train.py", "--help")
+    assert result.returncode == 0, result.stderr
+    text = " ".join(result.stdout.split())  # argparse wraps lines
+    assert "--help" in text
+    for f in dataclasses.fields(GAGPOConfig):
+        flag = "--" + f.name.replace("_", "-")
+        assert flag in text, f"{flag} missing from --help"
+        assert f"default: {f.default})" in text.split(flag, 1)[1], f"{flag} has no default in --help"
+    for flag in ("--env", "--env-kwargs", "--total-timesteps", "--checkpoint-freq", "--resume", "--log-dir"):
+        assert flag in text
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--env", "gagpo_gym/NoSuchEnv-v0"], "unknown env 'gagpo_gym/NoSuchEnv-v0'"),
+        (["--env", "gagpo_gym/Maze-v0", "--gamma", "1.5"], "gamma must be in [0, 1]"),
+        (["--env", "gagpo_gym/Maze-v0", "--env-kwargs", "{width: 3}"], "--env-kwargs is not valid JSON"),
+        (["--env", "gagpo_gym/Maze-v0", "--env-kwargs", '{"width": 1}'], "width must be an int >= 2"),
+        (["--resume", "/nonexistent/agent"], "no saved agent at /nonexistent/agent"),
+    ],
+)
+def test_train_rejects_bad_input_with_one_line_and_exit_2(args, message):
+    code, _, stderr = call("train", *args, "--total-timesteps", "10")
+    assert code == 2
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], stderr
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> Path:
+    """A tiny agent trained for one short run, with checkpoints and CSV logs."""
+    out = tmp_path_factory.mktemp("train")
+    result = run(
+        "train.py", "--env", "gagpo_gym/Maze-v0", "--env-kwargs", TINY_MAZE, *TINY_AGENT,
+        "--total-timesteps", "30", "--checkpoint-freq", "10", "--save-dir", str(out / "run"),
+        "--log-dir", str(out / "logs"), "--eval-tasks", "3", "--quiet",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "| gagpo |" in result.stdout  # the end-of-training evaluation table
+    return out
+
+
+def test_train_saves_checkpoints_and_logs(trained):
+    meta = json.loads((trained / "run" / "final" / "agent.json").read_text())
+    assert meta["num_timesteps"] >= 30
+    assert meta["config"]["num_groups"] == 2 and meta["config"]["tiny_hidden_size"] == 32
+    assert meta["env_kwargs"] == json.loads(TINY_MAZE)
+    checkpoints = sorted((trained / "run" / "checkpoints").iterdir())
+    assert checkpoints and all((c / "agent.json").is_file() for c in checkpoints)
+    with (trained / "logs" / "progress.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert rows and "rollout/success_rate" in rows[0] and "advantage/iqr" in rows[0]
+
+
+def test_resume_continues_the_step_count_and_applies_overrides(trained, tmp_path):
+    before = json.loads((trained / "run" / "final" / "agent.json").read_text())["num_timesteps"]
+    result = run(
+        "train.py", "--resume", str(trained / "run" / "final"), "--total-timesteps", "15",
+        "--learning-rate", "0.0005", "--save-dir", str(tmp_path), "--quiet",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert f"resumed {trained / 'run' / 'final'} at {before} env steps" in result.stdout
+    meta = json.loads((tmp_path / "final" / "agent.json").read_text())
+    assert meta["num_timesteps"] >= before + 15
+    assert meta["config"]["learning_rate"] == 0.0005
+    assert meta["config"]["num_groups"] == 2  # kept from the saved agent
+
+
+def test_eval_defaults_to_expert_and_random_and_writes_csv_json(tmp_path):
+    result = run("eval.py", "--env", "gagpo_gym/Maze-v0", "--n-tasks", "6", "--out", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    assert "| agent | Success | Return | Length | Invalid | Tasks |" in result.stdout
+    assert "| expert | 100.0 |" in result.stdout  # the maze expert walks a shortest path on every task
+    assert "| random |" in result.stdout
+    with (tmp_path / "eval.csv").open() as handle:
+        rows = {r["agent"]: r for r in csv.DictReader(handle)}
+    assert set(rows) == {"expert", "random"} and float(rows["expert"]["Success"]) == 100.0
+    payload = json.loads((tmp_path / "eval.json").read_text())
+    expert = next(r for r in payload["results"] if r["agent"] == "expert")
+    assert [e["seed"] for e in expert["episodes"]] == list(range(6))
+    assert float(rows["random"]["Length"]) > float(rows["expert"]["Length"])
+    _, again, _ = call("eval", "--env", "gagpo_gym/Maze-v0", "--n-tasks", "6", "--random")
+    assert next(line for line in again.splitlines() if line.startswith("| random")) == next(
+        line for line in result.stdout.splitlines() if line.startswith("| random")
+    ), "the random reference row must be reproducible"
+
+
+def test_eval_household_table_has_the_paper_columns():
+    code, stdout, stderr = call(
+        "eval", "--env", "gagpo_gym/MiniHouse-v0", "--env-kwargs", '{"size": "small"}', "--n-tasks", "6", "--expert"
+    )
+    assert code == 0, stderr
+    assert "| agent | Pick | Look | Clean | Heat | Cool | Pick2 | All | Length |" in stdout
+    (expert,) = parse_table(stdout)
+    played = [c for c in ("Pick", "Look", "Clean", "Heat", "Cool", "Pick2") if expert[c] != "-"]
+    assert played and all(expert[c] == "100.0" for c in played) and expert["All"] == "100.0"
+
+
+def test_eval_puts_a_saved_agent_beside_the_references(trained):
+    code, stdout, stderr = call("eval", "--env", "gagpo_gym/Maze-v0", "--env-kwargs", TINY_MAZE, "--n-tasks", "3",
+                                "--agent", str(trained / "run" / "final"), "--name", "tiny", "--expert")  # fmt: skip
+    assert code == 0, stderr
+    rows = parse_table(stdout)
+    assert [r["agent"] for r in rows] == ["tiny", "expert"]
+    assert rows[1]["Success"] == "100.0" and 0.0 <= float(rows[0]["Success"]) <= 100.0
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--env", "gagpo_gym/Maze-v0", "--agent", "/nonexistent/ckpt"], "no saved agent at /nonexistent/ckpt"),
+        (["--env", "NoSuchEnv-v0"], "unknown env 'NoSuchEnv-v0'"),
+    ],
+)
+def test_eval_fails_clearly(args, message):
+    code, _, stderr = call("eval", *args)
+    assert code != 0
+    assert stderr.strip().startswith("error: ") and message in stderr, stderr
+
+
+def test_bench_learning_micro_run_writes_tables_and_plot(tmp_path):
+    result = run(
+        "bench_learning.py", "--envs", "maze", "--env-kwargs", TINY_MAZE, "--estimators", "gagpo", "grpo",
+        "--seeds", "0", "--total-steps", "40", "--eval-every", "20", "--eval-tasks", "2", "--out", str(tmp_path),
+        *TINY_AGENT,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    png = tmp_path / "learning_maze.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+    with (tmp_path / "learning_maze.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert {r["estimator"] for r in rows} == {"gagpo", "grpo"}
+    assert [int(r["target_steps"]) for r in rows if r["estimator"] == "gagpo"] == [0, 20, 40]
+    assert all(0.0 <= float(r["success"]) <= 1.0 for r in rows)
+    with (tmp_path / "learning_maze_iterations.csv").open() as handle:
+        iterations = list(csv.DictReader(handle))
+    assert iterations and all(r["advantage/iqr"] != "" for r in iterations)
+    summary = (tmp_path / "learning_maze.md").read_text()
+    assert "| gagpo | " in summary and "| grpo | " in summary and "adv IQR" in summary
+    payload = json.loads((tmp_path / "learning_maze.json").read_text())
+    assert payload["runs"][0]["config"]["num_groups"] == 2  # CLI hyperparameters reach every run
