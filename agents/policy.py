@@ -6,13 +6,14 @@ Two action modes:
   the action's log-probability is the sum over its sampled tokens, and the PPO ratio is length-normalised.
 * ``"choose"``: the policy is the model's sequence probability renormalised over the admissible actions,
   ``pi(a | s) = softmax_a(score(a) / T)`` with ``score = log p(a + <eos> | prompt)`` (``choose_score="sum"``) or
-  that log-prob divided by the candidate's token count (``"mean"``: a model that knows nothing yet then
-  starts near uniform over the candidates instead of preferring the shortest). The whole choice is one categorical "token", so its
-  ratio is ``pi_new(a) / pi_old(a)``. All candidates of a prompt are scored in one batched forward that runs the
-  prompt once and shares its KV cache across the candidates.
+  that log-prob divided by the candidate's token count (``"mean"``: a model that knows nothing yet then starts
+  near uniform over the candidates instead of preferring the shortest). The whole choice is one categorical
+  "token", so its ratio is ``pi_new(a) / pi_old(a)``. All candidates of a prompt are scored in one batched
+  forward that runs the prompt once and shares its KV cache across the candidates.
 
 Generation sits behind :class:`GenerationBackend` (Hugging Face here; a vLLM engine can implement the same two
-methods). Token log-probs everywhere use ``log_softmax(logits / temperature)``, the sampling distribution.
+methods). Generated tokens' log-probs use ``log_softmax(logits / temperature)``, the sampling distribution;
+choose mode applies the temperature once, to the choice.
 """
 
 from __future__ import annotations
