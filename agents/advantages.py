@@ -86,7 +86,7 @@ def _check_layout(rewards, episode_index, group_index=None, **others) -> tuple[n
     return r, ep, grp
 
 
-def _episode_bounds(episode_index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _episode_bounds(episode_index: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per row: is it the final row of its episode; per episode (in row order): its final row and length."""
     n = episode_index.shape[0]
     is_last = np.r_[episode_index[1:] != episode_index[:-1], True] if n else np.zeros(0, bool)
