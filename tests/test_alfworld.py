@@ -1,0 +1,255 @@
+"""ALFWorld-v0 on the real ALFWorld text engine and the real valid_unseen games in ../shared/alfworld."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+pytest.importorskip("alfworld")
+
+import gagpo_gym  # noqa: E402
+from gagpo_gym import check_text_env, normalize_command  # noqa: E402
+from gagpo_gym.envs.alfworld import TASK_TYPES, find_data_root  # noqa: E402
+
+DATA = Path(__file__).resolve().parents[1].parent / "shared" / "alfworld"
+needs_data = pytest.mark.skipif(
+    not (DATA / "json_2.1.1" / "valid_unseen").is_dir(), reason="../shared/alfworld is absent"
+)
+ENV_ID = "gagpo_gym/ALFWorld-v0"
+NOTHING = "Nothing happens."
+# Official ALFWorld valid_unseen counts per task type (also in ../shared/alfworld/README.md).
+VALID_UNSEEN_COUNTS = {"pick": 24, "look": 18, "clean": 31, "heat": 23, "cool": 21, "pick2": 17}
+
+
+@pytest.fixture(scope="module")
+def env():
+    env = gym.make(ENV_ID, split="valid_unseen", data_root=DATA)
+    yield env
+    env.close()
+
+
+def seed_of(env, task_type: str, nth: int = 0) -> int:
+    """A seed whose game has this task type (seeds index the sorted game list)."""
+    games = env.unwrapped.games
+    return [i for i, g in enumerate(games) if TASK_TYPES[g.split("-", 1)[0]] == task_type][nth]
+
+
+def replay(env, seed: int, commands: list[str]) -> tuple[str, dict]:
+    obs, info = env.reset(seed=seed)
+    for command in commands:
+        obs, _, _, _, info = env.step(command)
+        assert info["action_valid"], command
+    return obs, info
+
+
+@needs_data
+def test_games_are_alfworlds_valid_unseen_split(env):
+    games = env.unwrapped.games
+    assert len(games) == 134 and list(games) == sorted(games) and len(set(games)) == 134
+    counts = Counter(TASK_TYPES[g.split("-", 1)[0]] for g in games)
+    assert counts == VALID_UNSEEN_COUNTS
+    assert gym.make(ENV_ID, data_root=DATA, task_types=["pick2", "look"]).unwrapped.games == tuple(
+        g for g in games if g.startswith(("pick_two_obj_and_place", "look_at_obj_in_light"))
+    )
+
+
+@needs_data
+def test_planner_expert_wins_every_valid_unseen_game_within_50_steps(env):
+    """The whole split through one env made by gymnasium (50-step TimeLimit from the registration)."""
+    seen = set()
+    for seed in range(len(env.unwrapped.games)):
+        obs, info = env.reset(seed=seed)
+        assert obs.startswith("-= Welcome to TextWorld, ALFRED! =-") and f"Your task is to: {info['task']}." in obs
+        assert info["task_type"] in VALID_UNSEEN_COUNTS and not info["won"]
+        assert info["task_id"].startswith("json_2.1.1/valid_unseen/") and info["task_id"].endswith("game.tw-pddl")
+        seen.add(info["task_id"])
+        for _ in range(50):
+            assert info["admissible_actions"], info["task_id"]
+            action = env.unwrapped.expert_action()
+            assert action in info["admissible_actions"]
+            obs, reward, terminated, truncated, info = env.step(action)
+            assert info["action_valid"] and obs != NOTHING
+            if terminated or truncated:
+                break
+            assert reward == 0.0 and not info["won"]
+        assert terminated and not truncated and info["won"] and reward == 1.0, info["task_id"]
+    assert len(seen) == 134
+
+
+@needs_data
+@pytest.mark.parametrize("task_type", ["look", "heat", "pick2"])
+def test_every_admissible_action_is_accepted_by_the_engine(env, task_type):
+    """From the start and after two expert moves, each admissible command steps the engine (its feedback is
+    never the engine's "Nothing happens.")."""
+    seed = seed_of(env, task_type)
+    env.reset(seed=seed)
+    prefix = [env.unwrapped.expert_action()]
+    env.step(prefix[0])
+    prefix.append(env.unwrapped.expert_action())
+    for depth in (0, 2):
+        _, info = replay(env, seed, prefix[:depth])
+        admissible = info["admissible_actions"]
+        assert admissible and "help" not in admissible
+        assert all(a == normalize_command(a) for a in admissible)
+        for action in admissible:
+            replay(env, seed, prefix[:depth])
+            obs, _, _, _, after = env.step(action)
+            assert after["action_valid"] and obs != NOTHING, action
+
+
+@needs_data
+def test_random_admissible_walks_are_always_accepted(env):
+    rng = np.random.default_rng(0)
+    for seed in (5, 60, 125):
+        _, info = env.reset(seed=seed)
+        for _ in range(25):
+            action = info["admissible_actions"][rng.integers(len(info["admissible_actions"]))]
+            obs, _, terminated, truncated, info = env.step(action)
+            assert info["action_valid"] and obs != NOTHING and info["admissible_actions"]
+            if terminated or truncated:
+                break
+
+
+@needs_data
+def test_same_seed_gives_the_same_episode_in_a_fresh_env_and_after_other_games(env):
+    def trace(e, seed):
+        obs, info = e.reset(seed=seed)
+        rows = [(obs, info["state_key"], info["obs_key"], tuple(info["admissible_actions"]), info["task_id"])]
+        for i in range(4):
+            obs, _, _, _, info = e.step(info["admissible_actions"][(7 * i) % len(info["admissible_actions"])])
+            rows.append((obs, info["state_key"], info["obs_key"], tuple(info["admissible_actions"])))
+        return rows
+
+    fresh = gym.make(ENV_ID, data_root=DATA)
+    first = trace(env, 7)
+    trace(env, 8)  # another game in between
+    assert trace(env, 7) == first == trace(fresh, 7)
+    assert trace(env, 7 + 134)[0] == first[0]  # seeds index the game list modulo its length
+    assert len({row[1] for row in first}) > 1  # the true-state key follows the engine
+    env.reset(seed=3)
+    fresh.reset(seed=3)
+    assert [env.reset()[1]["task_id"] for _ in range(2)] == [fresh.reset()[1]["task_id"] for _ in range(2)]
+    fresh.close()
+
+
+@needs_data
+def test_replayed_reset_matches_textworlds_own_reset(env):
+    """Reset restores a copy of the loaded initial state instead of translating the PDDL again: check it against
+    the engine as ALFWorld builds it."""
+    import textworld
+    from alfworld.agents.environment.alfred_tw_env import AlfredDemangler, AlfredInfos
+    from textworld.envs import PddlEnv
+
+    request = textworld.EnvInfos(won=True, admissible_commands=True, facts=True)
+    reference = AlfredInfos(AlfredDemangler(PddlEnv(request), shuffle=False))
+    rng = random.Random(0)
+    seed = seed_of(env, "clean", 3)
+    env.reset(seed=seed)
+    reference.load(str(DATA / env.unwrapped.task_id))
+    for _ in range(2):  # the second round replays the already loaded game
+        obs, info = env.reset(seed=seed)
+        state = reference.reset()
+        for _ in range(12):
+            assert obs == state.feedback
+            assert env.unwrapped.state_string() == "\n".join(sorted(str(f) for f in state["facts"]))
+            assert info["admissible_actions"] == [c for c in state["admissible_commands"] if c != "help"]
+            action = rng.choice(info["admissible_actions"])
+            obs, _, _, _, info = env.step(action)
+            state, _, _ = reference.step(action)
+
+
+@needs_data
+def test_fuzzed_commands_never_raise_and_change_nothing(env):
+    seed = seed_of(env, "cool")
+    _, info = replay(env, seed, [])
+    env.step(env.unwrapped.expert_action())
+    _, _, _, _, info = env.step(env.unwrapped.expert_action())
+    admissible = info["admissible_actions"]
+    rng = random.Random(0)
+    fuzz: list = ["", " ", "\n", "\t\t", "x" * 10_000, "go to " * 2_000, "\x00", "😀 go to", "тумба 1", None, 3]
+    while len(fuzz) < 200:
+        base = rng.choice(admissible)
+        kind = rng.randrange(6)
+        if kind == 0:  # drop a character
+            i = rng.randrange(len(base))
+            candidate = base[:i] + base[i + 1 :]
+        elif kind == 1:  # wrong instance number
+            candidate = base.rsplit(" ", 1)[0] + f" {rng.randint(40, 999)}"
+        elif kind == 2:  # trailing garbage
+            candidate = base + rng.choice([" now", "!", " 1", "."])
+        elif kind == 3:  # unicode look-alike
+            candidate = base.replace("o", "\u043e", 1).replace("a", "\u0430", 1)
+        elif kind == 4:  # verb alone or with a made-up object
+            candidate = base.split()[0] + " " + rng.choice(["", "it", "everything"])
+        else:  # random printable noise
+            candidate = "".join(rng.choice("abcdefghij 0123456789") for _ in range(rng.randint(1, 40)))
+        if normalize_command(candidate) not in admissible:  # a near miss, not a hit
+            fuzz.append(candidate)
+    assert len(fuzz) == 200
+    raw = env.unwrapped  # 200 steps: past the 50-step TimeLimit, which counts invalid steps too
+    for command in fuzz:
+        obs, reward, terminated, truncated, after = raw.step(command)
+        assert obs == NOTHING and reward == 0.0 and not terminated and not truncated
+        assert after["action_valid"] is False
+        assert after["state_key"] == info["state_key"] and after["admissible_actions"] == admissible
+    _, _, _, _, after = raw.step(admissible[0].upper() + "  ")  # case and spacing are not errors
+    assert after["action_valid"] is True
+
+
+@needs_data
+def test_check_env_and_the_text_env_contract():
+    env = gym.make(ENV_ID, data_root=DATA)
+    check_text_env(env, seed=0, n_steps=10)
+    env.close()
+
+
+@needs_data
+def test_handcoded_expert_is_deterministic_and_leaves_global_random_alone():
+    def play(seed: int) -> tuple[list[str], bool]:
+        env = gym.make(ENV_ID, data_root=DATA, expert="handcoded")
+        env.reset(seed=seed)
+        actions, info = [], {"won": False}
+        for _ in range(50):
+            actions.append(env.unwrapped.expert_action())
+            _, _, terminated, _, info = env.step(actions[-1])
+            assert info["action_valid"]
+            if terminated:
+                break
+        env.close()
+        return actions, info["won"]
+
+    random.seed(123)
+    outer = random.getstate()
+    probe = gym.make(ENV_ID, data_root=DATA)
+    seeds = [seed_of(probe.unwrapped, t) for t in ("pick", "clean", "heat")]
+    for seed in seeds:
+        actions, won = play(seed)
+        assert won and actions[0] == "look"
+        assert play(seed) == (actions, True)
+    assert random.getstate() == outer
+
+
+def test_clear_errors_for_missing_data_and_bad_arguments(tmp_path, monkeypatch):
+    with pytest.raises(FileNotFoundError, match="ALFWORLD_DATA.*alfworld-download"):
+        gym.make(ENV_ID, data_root=tmp_path / "nowhere")
+    monkeypatch.setenv("ALFWORLD_DATA", str(tmp_path))
+    with pytest.raises(FileNotFoundError, match=r"\$ALFWORLD_DATA"):
+        gym.make(ENV_ID)
+    (tmp_path / "json_2.1.1").mkdir()
+    with pytest.raises(FileNotFoundError, match="alfworld-download"):
+        gym.make(ENV_ID, split="train")
+    for bad in ({"split": "test"}, {"expert": "oracle"}, {"task_types": ["pick3"]}, {"task_types": "pick"}):
+        with pytest.raises(ValueError):
+            gym.make(ENV_ID, data_root=DATA, **bad)
+
+
+@needs_data
+def test_default_data_root_is_the_checkouts_shared_folder(monkeypatch):
+    monkeypatch.delenv("ALFWORLD_DATA", raising=False)
+    assert find_data_root() == DATA.resolve()
+    assert gagpo_gym.make("ALFWorld-v0").unwrapped.data_root == DATA.resolve()
