@@ -17,6 +17,7 @@ class GAGPOConfig:
     num_groups: int = 4
     group_size: int = 8
     vec_mode: str = "sync"  # "sync" or "async" (worker processes)
+    task_pool: int = 0  # train on task seeds 0 .. task_pool - 1 (0: any seed, i.e. a fresh task almost every time)
     # --- advantage estimation (ALGORITHM.md)
     estimator: str = "gagpo"  # gagpo | gigpo | grpo | rloo | ppo
     gamma: float = 0.95
@@ -76,6 +77,7 @@ class GAGPOConfig:
         check(self.estimator in ESTIMATORS, f"estimator must be one of {ESTIMATORS}, got {self.estimator!r}")
         check(self.num_groups >= 1 and self.group_size >= 1, "num_groups and group_size must be >= 1")
         check(self.vec_mode in ("sync", "async"), f"vec_mode must be 'sync' or 'async', got {self.vec_mode!r}")
+        check(self.task_pool >= 0, f"task_pool must be >= 0, got {self.task_pool}")
         check(0.0 <= self.gamma <= 1.0, f"gamma must be in [0, 1], got {self.gamma}")
         check(0.0 <= self.lam <= 1.0, f"lam must be in [0, 1], got {self.lam}")
         check(0.0 <= self.gae_lambda <= 1.0, f"gae_lambda must be in [0, 1], got {self.gae_lambda}")

@@ -133,7 +133,7 @@ class GAGPOAgent:
         if self.env_id is None:
             raise ValueError("this agent's env has no registered id; pass an env to evaluate()")
         factory = functools.partial(_make_env, self.env_id, self.env_kwargs, self._wrap_kwargs())
-        return GroupedVectorEnv(factory, num_groups, group_size, mode=mode)
+        return GroupedVectorEnv(factory, num_groups, group_size, mode=mode, task_pool=self.config.task_pool or None)
 
     def _build_policy(self) -> LLMPolicy:
         c = self.config

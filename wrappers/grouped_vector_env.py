@@ -136,6 +136,8 @@ class GroupedVectorEnv(VectorEnv):
         env_fns: one factory per sub-env (``num_groups * group_size`` of them), or a single factory reused.
         num_groups, group_size: the layout; sub-env ``i`` belongs to group ``i // group_size``.
         mode: ``"sync"`` (in-process) or ``"async"`` (worker processes, pickled observations).
+        task_pool: draw task seeds from ``0 .. task_pool - 1`` (a finite training set of tasks, like
+            ALFWorld's train split); ``None`` draws from all 31-bit seeds.
         n_workers: worker processes for ``"async"`` (default: one per sub-env, capped at the CPU count).
 
     ``reset(seed=s)`` seeds the task sampler; each group then draws one task seed from it and all its members
@@ -155,7 +157,11 @@ class GroupedVectorEnv(VectorEnv):
         mode: str = "sync",
         n_workers: int | None = None,
         context: str | None = None,
+        task_pool: int | None = None,
     ) -> None:
+        if task_pool is not None and task_pool < 1:
+            raise ValueError(f"task_pool must be >= 1 or None, got {task_pool}")
+        self.task_pool = task_pool
         if num_groups < 1 or group_size < 1:
             raise ValueError(f"num_groups and group_size must be >= 1, got {num_groups} and {group_size}")
         self.num_groups, self.group_size = int(num_groups), int(group_size)
@@ -200,7 +206,7 @@ class GroupedVectorEnv(VectorEnv):
             self._sampler = np.random.default_rng(seed)
         seeds = (options or {}).get("task_seeds")
         if seeds is None:
-            seeds = self._sampler.integers(0, 2**31 - 1, size=self.num_groups)
+            seeds = self._sampler.integers(0, self.task_pool or 2**31 - 1, size=self.num_groups)
         seeds = np.asarray(seeds, dtype=np.int64)
         if seeds.shape != (self.num_groups,):
             raise ValueError(f"task_seeds must have one seed per group ({self.num_groups}), got {seeds.shape}")
