@@ -1,0 +1,712 @@
+"""GAGPOAgent end to end on CPU with the tiny model: buffer, policy log-probs, loss, SB3 API, learning.
+
+Most tests use ``Signs``, a small text env defined here: each task is a sequence of signposts, and the right
+move at each step is the direction the current sign names. It is quick to play and a tiny model can learn it
+in seconds, so the learning test can assert a wide margin over the random policy.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from stable_baselines3.common.callbacks import BaseCallback, CallbackList, CheckpointCallback, ProgressBarCallback
+from stable_baselines3.common.logger import KVWriter, Logger
+
+import gagpo_gym
+from agents import GAGPOAgent, GAGPOConfig
+from agents import advantages as adv
+from agents.buffer import GroupRolloutBuffer, Row
+from agents.gagpo import info_at, run_panel
+from agents.loss import clipped_policy_loss, k3_kl
+from agents.policy import LLMPolicy
+from gagpo_gym.core import TextEnv
+from wrappers import GroupedVectorEnv, wrap_text_env
+
+DIRECTIONS = ("north", "south", "east", "west")
+
+
+class Signs(TextEnv):
+    """Follow ``n_signs`` signposts; a wrong turn hits a wall (the state stays); the last one is the exit."""
+
+    def __init__(self, n_signs: int = 3) -> None:
+        super().__init__()
+        self.n_signs = n_signs
+        self.signs: list[str] = []
+        self.k = 0
+
+    def _new_task(self, options: dict[str, Any]) -> str:
+        self.signs = [DIRECTIONS[i] for i in self.np_random.integers(4, size=self.n_signs)]
+        self.k = 0
+        self.task, self.task_id = "Follow the signs to the exit.", "signs-" + "-".join(self.signs)
+        return self._describe()
+
+    def _describe(self) -> str:
+        return f"Sign {self.k + 1} of {self.n_signs} points {self.signs[self.k]}."
+
+    def _execute(self, command: str) -> tuple[str, float, bool]:
+        if command != f"go {self.signs[self.k]}":
+            return f"A wall blocks the way. {self._describe()}", 0.0, False
+        self.k += 1
+        if self.k == self.n_signs:
+            self.won = True
+            return "You found the exit!", 1.0, True
+        return self._describe(), 0.0, False
+
+    def admissible_actions(self) -> list[str]:
+        return [f"go {d}" for d in DIRECTIONS]
+
+    def state_string(self) -> str:
+        return f"{self.task_id}|{self.k}"
+
+    def expert_action(self) -> str:
+        return f"go {self.signs[self.k]}"
+
+
+SIGNS = gagpo_gym.register_text_env("TestSigns-v0", Signs, max_episode_steps=6)
+SMALL = {
+    "num_groups": 2,
+    "group_size": 4,
+    "tiny_hidden_size": 32,
+    "history_length": 1,
+    "minibatch_size": 16,
+    "torch_threads": 1,
+    "verbose": 0,
+}
+
+
+def wrap_signs(history_length: int = 1) -> gym.Env:
+    """A Signs env wrapped as the agent wraps its envs in choose mode."""
+    return wrap_text_env(gagpo_gym.make(SIGNS), history_length=history_length, tagged=False)
+
+
+def make_agent(**overrides: Any) -> GAGPOAgent:
+    return GAGPOAgent(SIGNS, **{**SMALL, **overrides})
+
+
+class Capture(KVWriter):
+    """Keeps every dump of SB3's logger."""
+
+    def __init__(self) -> None:
+        self.dumps: list[dict[str, Any]] = []
+
+    def write(self, key_values: dict[str, Any], key_excluded: dict, step: int = 0) -> None:
+        self.dumps.append(dict(key_values))
+
+    def close(self) -> None:
+        pass
+
+
+def capture_logs(agent: GAGPOAgent) -> Capture:
+    capture = Capture()
+    agent.set_logger(Logger(folder=None, output_formats=[capture]))
+    return capture
+
+
+def collect(agent: GAGPOAgent) -> list[Row]:
+    """One rollout phase (no update), as learn() runs it."""
+    callback = CallbackList([])
+    callback.init_callback(agent)
+    assert agent.collect_rollouts(callback)
+    return agent.buffer.rows
+
+
+def observations(n: int, seed: int = 0, history_length: int = 1) -> tuple[list[str], list[dict]]:
+    """First observations (and infos) of n Signs tasks, wrapped as the agent wraps them."""
+    env = wrap_signs(history_length)
+    out = [env.reset(seed=seed + i) for i in range(n)]
+    obs, infos = [o for o, _ in out], [i for _, i in out]
+    # A second step gives prompts with history (and of another length).
+    o, *_, i = env.step("go nowhere")
+    return obs + [o], infos + [i]
+
+
+@pytest.fixture(scope="module")
+def agent() -> GAGPOAgent:
+    return make_agent(seed=3)
+
+
+# ----- the rollout buffer -------------------------------------------------------------------------------
+# Two groups, staggered ends. Episode -> (group, [(state key, reward, terminated)] in time order).
+EPISODES = {
+    10: (0, [(1, 0.0, False), (2, 0.0, False), (3, 1.0, True)]),
+    11: (0, [(1, 0.0, False), (2, 1.0, True)]),
+    12: (0, [(1, -0.01, False), (1, 0.0, False), (4, 0.0, False), (4, 0.0, False)]),  # truncated at 4
+    20: (1, [(7, -0.01, False), (8, 0.0, False)]),  # truncated
+    21: (1, [(7, 0.0, False), (9, 0.0, False), (8, 0.0, False)]),  # truncated
+}
+NEXT_KEY_AFTER_TRUNCATION = {12: 4, 20: 9, 21: 5}
+
+
+def staggered_rows() -> list[Row]:
+    """Rows in vector-env order: at each step, every still-running episode adds one row."""
+    rows, t = [], 0
+    while any(t < len(steps) for _, steps in EPISODES.values()):
+        for ep, (group, steps) in EPISODES.items():
+            if t >= len(steps):
+                continue
+            key, reward, terminated = steps[t]
+            last = t == len(steps) - 1
+            next_key = NEXT_KEY_AFTER_TRUNCATION.get(ep, -1) if last else steps[t + 1][0]
+            rows.append(
+                Row(group=group, episode=ep, prompt_ids=[ep, t], old_logp=np.zeros(1), reward=reward,
+                    state_key=key, next_state_key=next_key, terminated=terminated, done=last,
+                    won=terminated and reward > 0)
+            )  # fmt: skip
+        t += 1
+    return rows
+
+
+def reference_advantages(config: GAGPOConfig, **kwargs: Any) -> dict[tuple[int, int], float]:
+    """The estimator called directly on the rows laid out episode by episode -> {(episode, t): advantage}."""
+    layout = [(ep, t, g, s) for ep, (g, steps) in sorted(EPISODES.items()) for t, s in enumerate(steps)]
+    rewards = np.array([s[1] for *_, s in layout])
+    episodes = np.array([ep for ep, *_ in layout])
+    groups = np.array([g for _, _, g, _ in layout])
+    keys = np.array([s[0] for *_, s in layout])
+    terminated = np.array([s[2] for *_, s in layout])
+    next_keys = np.array([
+        EPISODES[ep][1][t + 1][0] if t + 1 < len(EPISODES[ep][1]) else NEXT_KEY_AFTER_TRUNCATION.get(ep, -1)
+        for ep, t, _, _ in layout
+    ])  # fmt: skip
+    c = config
+    if c.estimator == "gagpo":
+        a = adv.gagpo_advantages(
+            rewards, episodes, groups, keys, next_keys, terminated, gamma=c.gamma, lam=c.lam, eps=c.adv_eps,
+            normalize=kwargs.get("normalize", c.normalize), bootstrap_truncated=c.bootstrap_truncated,
+        )  # fmt: skip
+    elif c.estimator == "gigpo":
+        a = adv.gigpo_advantages(rewards, episodes, groups, keys, gamma=c.gamma, omega=c.omega, eps=c.adv_eps)
+    elif c.estimator == "grpo":
+        a = adv.grpo_advantages(rewards, episodes, groups, eps=c.adv_eps)
+    else:
+        a = adv.rloo_advantages(rewards, episodes, groups)
+    return {(ep, t): float(x) for (ep, t, _, _), x in zip(layout, a)}
+
+
+@pytest.mark.parametrize("estimator", ["gagpo", "gigpo", "grpo", "rloo"])
+def test_buffer_staggered_episode_ends(estimator: str) -> None:
+    config = GAGPOConfig(estimator=estimator, lam=0.7)
+    buffer = GroupRolloutBuffer(config)
+    buffer.start_group(0, [10, 11, 12])
+    buffer.start_group(1, [20, 21])
+    rows = staggered_rows()
+    last_row = {g: max(i for i, r in enumerate(rows) if r.group == g) for g in (0, 1)}
+    assert last_row[1] < last_row[0]  # group 1 ends first, while group 0 still runs
+    done_groups: list[int] = []
+    for i, row in enumerate(rows):
+        buffer.add(row)
+        done_groups += [g for g, last in last_row.items() if i == last]
+        assert buffer.finished_groups == done_groups
+        for r in buffer.rows:  # advantages exist exactly for the finished groups
+            assert math.isnan(r.advantage) == (r.group not in done_groups)
+    assert buffer.complete and len(buffer) == len(rows) == sum(len(s) for _, s in EPISODES.values())
+    # Rows keep their arrival order and ids.
+    assert [(r.group, r.episode, r.prompt_ids) for r in buffer.rows] == [
+        (r.group, r.episode, r.prompt_ids) for r in rows
+    ]
+    assert [r.prompt_ids[1] for r in buffer.rows if r.episode == 12] == [0, 1, 2, 3]
+    expected = reference_advantages(config)
+    got = {(r.episode, r.prompt_ids[1]): r.advantage for r in buffer.rows}
+    assert got.keys() == expected.keys()
+    for k in expected:
+        assert got[k] == pytest.approx(expected[k], abs=1e-12), k
+    assert any(abs(v) > 0.1 for v in got.values())
+
+
+def test_buffer_zero_failed_groups() -> None:
+    plain, zeroed = GroupRolloutBuffer(GAGPOConfig()), GroupRolloutBuffer(GAGPOConfig(zero_failed_groups=True))
+    for buffer in (plain, zeroed):
+        buffer.start_group(0, [10, 11, 12])
+        buffer.start_group(1, [20, 21])
+        for row in staggered_rows():
+            buffer.add(row)
+    a, z = plain.advantages(), zeroed.advantages()
+    in_failed = np.array([r.group == 1 for r in plain.rows])
+    assert np.abs(a[in_failed]).max() > 0.1  # penalties alone give GAGPO non-zero advantages there
+    assert np.all(z[in_failed] == 0)
+    np.testing.assert_array_equal(z[~in_failed], a[~in_failed])
+
+
+def test_buffer_batch_normalisation() -> None:
+    config = GAGPOConfig(normalize="batch")
+    buffer = GroupRolloutBuffer(config)
+    buffer.start_group(0, [10, 11, 12])
+    buffer.start_group(1, [20, 21])
+    for row in staggered_rows():
+        buffer.add(row)
+    raw = reference_advantages(config, normalize="none")
+    got_raw = np.array([raw[(r.episode, r.prompt_ids[1])] for r in buffer.rows])
+    np.testing.assert_allclose(buffer.advantages(), got_raw)  # unnormalised until finalize()
+    buffer.finalize()
+    expected = (got_raw - got_raw.mean()) / (got_raw.std(ddof=1) + config.adv_eps)
+    np.testing.assert_allclose(buffer.advantages(), expected, atol=1e-12)
+    assert buffer.advantages().mean() == pytest.approx(0, abs=1e-12)
+
+
+def test_buffer_ppo_value_targets() -> None:
+    config = GAGPOConfig(estimator="ppo", gae_lambda=0.9)
+    buffer = GroupRolloutBuffer(config)
+    buffer.start_group(0, [10, 11, 12])
+    buffer.start_group(1, [20, 21])
+    rows = staggered_rows()
+    for i, row in enumerate(rows):
+        row.value = 0.1 * (i % 5)
+        row.next_value = 0.3 if row.done and not row.terminated else 0.0
+        buffer.add(row)
+    layout = sorted(range(len(rows)), key=lambda i: (rows[i].episode, rows[i].prompt_ids[1]))
+    gae = adv.gae_advantages(
+        np.array([rows[i].reward for i in layout]), np.array([rows[i].value for i in layout]),
+        np.array([rows[i].episode for i in layout]), np.array([rows[i].terminated for i in layout]),
+        last_values=np.array([rows[i].next_value for i in layout]), gamma=config.gamma, lam=0.9,
+    )  # fmt: skip
+    for k, i in enumerate(layout):
+        assert rows[i].value_target == pytest.approx(gae[k] + rows[i].value)
+        assert rows[i].advantage == pytest.approx(gae[k])
+    buffer.finalize()  # the critic baseline normalises over the batch
+    a = buffer.advantages()
+    assert a.mean() == pytest.approx(0, abs=1e-12) and a.std(ddof=1) == pytest.approx(1, abs=1e-5)
+
+
+def test_buffer_rejects_inconsistent_use() -> None:
+    buffer = GroupRolloutBuffer(GAGPOConfig())
+    buffer.start_group(0, [1, 2])
+    with pytest.raises(ValueError, match="already started"):
+        buffer.start_group(0, [3])
+    row = staggered_rows()[0]
+    with pytest.raises(ValueError, match="episode 10 of group 0 is not running"):
+        buffer.add(row)
+    with pytest.raises(RuntimeError, match="still running"):
+        buffer.finalize()
+
+
+# ----- the policy's log-probs ---------------------------------------------------------------------------
+def test_choose_mode_stored_log_probs_equal_recomputation(agent: GAGPOAgent) -> None:
+    rows = collect(agent)
+    assert len({len(r.prompt_ids) for r in rows}) > 1  # prompts of different lengths share batches
+    with torch.no_grad():
+        fresh = agent._evaluate_rows(rows).logp[:, 0].numpy()
+    stored = np.array([r.old_logp[0] for r in rows])
+    np.testing.assert_allclose(stored, fresh, atol=1e-4)
+    # They are log-probs of a distribution over the admissible actions.
+    r = rows[0]
+    with torch.no_grad():
+        every = [
+            float(agent.policy.evaluate([r.prompt_ids], candidates=[r.candidate_ids], chosen=[k]).logp)
+            for k in range(len(r.candidate_ids))
+        ]
+    assert sum(math.exp(x) for x in every) == pytest.approx(1.0, abs=1e-5)
+
+
+def test_generate_mode_stored_log_probs_equal_recomputation() -> None:
+    gen = make_agent(action_mode="generate", max_new_tokens=6, seed=1)
+    rows = collect(gen)
+    assert all(1 <= len(r.response_ids) <= 6 and len(r.old_logp) == len(r.response_ids) for r in rows)
+    assert len({len(r.response_ids) for r in rows}) > 1 or len({len(r.prompt_ids) for r in rows}) > 1
+    with torch.no_grad():
+        ev = gen._evaluate_rows(rows)
+    for k, r in enumerate(rows):
+        n = len(r.response_ids)
+        assert ev.mask[k].sum() == n
+        np.testing.assert_allclose(r.old_logp, ev.logp[k, :n].numpy(), atol=1e-4)
+
+
+def duplicated_scores(policy: LLMPolicy, prompt: list[int], candidates: list[list[int]]) -> list[float]:
+    """Sequence log-prob of each candidate, running the model on prompt + candidate alone (no padding)."""
+    out = []
+    with torch.no_grad():
+        for cand in candidates:
+            logits = policy.model(torch.tensor([prompt + cand])).logits[0].float()
+            logp = torch.log_softmax(logits, -1)
+            out.append(sum(float(logp[len(prompt) - 1 + j, tok]) for j, tok in enumerate(cand)))
+    return out
+
+
+def test_choose_mode_shared_kv_cache_equals_duplicated_prompts(agent: GAGPOAgent) -> None:
+    policy = agent.policy
+    obs, infos = observations(3)
+    prompts = [agent._prompt(o, i) for o, i in zip(obs, infos)]
+    prompts.append(prompts[0][:11])  # a much shorter prompt in the same batch
+    assert len({len(p) for p in prompts}) >= 3
+    actions = [["go north", "go east"], ["go west", "go north", "go south"], ["go east"], ["go south", "go"]]
+    actions[1].append("go to the far far away exit")  # a candidate of another length
+    candidates = [[policy.action_tokens(a) for a in acts] for acts in actions]
+    assert len({len(c) for cands in candidates for c in cands}) >= 3
+    with torch.no_grad():
+        seq_logp, counts, _ = policy._score_candidates(prompts, candidates)
+    for p, cands, got, n in zip(prompts, candidates, seq_logp, counts):
+        np.testing.assert_allclose(got.numpy(), duplicated_scores(policy, p, cands), atol=1e-4)
+        assert n.tolist() == [len(c) for c in cands]
+    # And evaluate() (the training path) agrees with the duplicated computation for a chosen candidate.
+    with torch.no_grad():
+        ev = policy.evaluate(prompts, candidates=candidates, chosen=[1, 2, 0, 1])
+    for k, (p, cands, c) in enumerate(zip(prompts, candidates, [1, 2, 0, 1])):
+        scores = np.array(duplicated_scores(policy, p, cands)) / np.array([len(x) for x in cands])  # mean
+        log_pi = scores - np.logaddexp.reduce(scores)
+        assert float(ev.logp[k, 0]) == pytest.approx(log_pi[c], abs=1e-4)
+
+
+@pytest.mark.parametrize("score, temperature", [("sum", 1.0), ("mean", 1.0), ("sum", 0.5), ("mean", 2.0)])
+def test_choose_score_sum_and_mean(agent: GAGPOAgent, score: str, temperature: float) -> None:
+    base = agent.policy
+    policy = LLMPolicy(base.model, base.tokenizer, action_mode="choose", choose_score=score, temperature=temperature)
+    obs, infos = observations(2)
+    prompt = agent._prompt(obs[0], infos[0])
+    actions = ["go north", "go east", "go to the far far away exit"]
+    cands = [policy.action_tokens(a) for a in actions]
+    seq = np.array(duplicated_scores(policy, prompt, cands))
+    lengths = np.array([len(c) for c in cands])
+    s = (seq if score == "sum" else seq / lengths) / temperature
+    expected = s - np.logaddexp.reduce(s)
+    out = policy.act([prompt] * 40, [actions] * 40, rng=np.random.default_rng(0))
+    for chosen, logp, text in zip(out.chosen, out.logp, out.texts):
+        assert logp[0] == pytest.approx(expected[chosen], abs=1e-4)
+        assert text == actions[chosen]
+    assert len(set(out.chosen)) > 1  # sampled, not argmax
+    # sum and mean really differ for candidates of different lengths
+    other = seq / lengths if score == "sum" else seq
+    assert not np.allclose(expected, other / temperature - np.logaddexp.reduce(other / temperature), atol=1e-3)
+
+
+def test_deterministic_act_picks_the_argmax(agent: GAGPOAgent) -> None:
+    policy = agent.policy
+    obs, infos = observations(4)
+    prompts = [agent._prompt(o, i) for o, i in zip(obs, infos)]
+    admissible = [i["admissible_actions"] for i in infos]
+    picks = [policy.act(prompts, admissible, rng=np.random.default_rng(s), deterministic=True) for s in (0, 1)]
+    assert picks[0].chosen == picks[1].chosen
+    for p, acts, chosen, text in zip(prompts, admissible, picks[0].chosen, picks[0].texts):
+        scores = np.array(duplicated_scores(policy, p, [policy.action_tokens(a) for a in acts]))
+        mean = scores / np.array([len(policy.action_tokens(a)) for a in acts])
+        assert chosen == int(np.argmax(mean)) and text == acts[chosen]
+    assert agent.predict(obs, infos, deterministic=True) == picks[0].texts
+    assert agent.predict(obs[0], infos[0], deterministic=True) == picks[0].texts[0]  # one in, one out
+
+
+# ----- the loss -----------------------------------------------------------------------------------------
+# Four actions of 3, 1, 2 and 3 tokens. Per-token log-ratios chosen so that, with eps 0.2, row 0 is above
+# 1 + eps with A > 0 (clipped), row 1 below 1 - eps with A > 0 (not clipped: min takes the smaller), row 2
+# below 1 - eps with A < 0 (clipped), row 3 inside the range with A < 0.
+LOG_RATIO = [[0.3, 0.2, 0.4], [-0.5, 9.0, 9.0], [-0.4, -0.2, 7.0], [0.05, -0.1, 0.02]]
+MASK = [[1, 1, 1], [1, 0, 0], [1, 1, 0], [1, 1, 1]]
+ADV = [1.5, 2.0, -1.0, -0.5]
+
+
+def loss_inputs() -> tuple[torch.Tensor, ...]:
+    old = torch.tensor([[-1.0, -2.0, -0.5], [-0.7, -1.0, -1.0], [-3.0, -0.1, -2.0], [-1.2, -0.9, -0.4]])
+    logp = (old + torch.tensor(LOG_RATIO)).requires_grad_(True)
+    return logp, old, torch.tensor(MASK, dtype=torch.float32), torch.tensor(ADV)
+
+
+def test_clipped_policy_loss_per_action_by_hand() -> None:
+    logp, old, mask, advantage = loss_inputs()
+    loss, info = clipped_policy_loss(logp, old, mask, advantage, clip_low=0.2, clip_high=0.2, ratio="action")
+    terms, clipped = [], 0
+    for lr, m, a in zip(LOG_RATIO, MASK, ADV):
+        rho = math.exp(sum(x for x, keep in zip(lr, m) if keep) / sum(m))
+        clipped += rho < 0.8 or rho > 1.2
+        terms.append(min(rho * a, min(max(rho, 0.8), 1.2) * a))
+    assert float(loss.detach()) == pytest.approx(-sum(terms) / 4, abs=1e-6)
+    assert float(info["clip_fraction"]) == pytest.approx(clipped / 4) and clipped == 3
+    loss.backward()
+    grad_rows = logp.grad.abs().sum(-1)
+    assert grad_rows[0] == 0 and grad_rows[2] == 0  # clipped side of the min: no gradient
+    assert grad_rows[1] > 0 and grad_rows[3] > 0
+    assert torch.all(logp.grad[mask == 0] == 0)  # padding never matters
+    # d loss / d logp of row 1, token 0 = -(1/4) * rho * A / n_tokens, n_tokens = 1
+    assert float(logp.grad[1, 0]) == pytest.approx(-math.exp(-0.5) * 2.0 / 4, abs=1e-6)
+
+
+def test_clipped_policy_loss_per_token_by_hand() -> None:
+    logp, old, mask, advantage = loss_inputs()
+    loss, info = clipped_policy_loss(logp, old, mask, advantage, clip_low=0.1, clip_high=0.3, ratio="token")
+    total, count, clipped = 0.0, 0, 0
+    for lr, m, a in zip(LOG_RATIO, MASK, ADV):
+        for x, keep in zip(lr, m):
+            if keep:
+                rho = math.exp(x)
+                total += min(rho * a, min(max(rho, 0.9), 1.3) * a)
+                clipped += rho < 0.9 or rho > 1.3
+                count += 1
+    assert float(loss.detach()) == pytest.approx(-total / count, abs=1e-6)
+    assert float(info["clip_fraction"]) == pytest.approx(clipped / count)
+    # approx_kl is the token-mean k3 of the log-ratio over real tokens
+    k3 = [math.exp(x) - 1 - x for lr, m in zip(LOG_RATIO, MASK) for x, keep in zip(lr, m) if keep]
+    assert float(info["approx_kl"]) == pytest.approx(sum(k3) / count, abs=1e-6)
+    with pytest.raises(ValueError, match="ratio must be"):
+        clipped_policy_loss(logp, old, mask, advantage, ratio="sequence")
+
+
+def test_k3_kl_by_hand() -> None:
+    logp = torch.tensor([[-1.0, -2.0, -0.5], [-0.3, -4.0, -4.0]])
+    ref = torch.tensor([[-1.5, -1.0, -0.5], [-0.1, 0.0, 0.0]])
+    mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 0.0, 0.0]])
+    got = k3_kl(logp, ref, mask)
+
+    def k3(lp: float, r: float) -> float:
+        return math.exp(r - lp) - (r - lp) - 1
+
+    assert got.tolist() == pytest.approx([(k3(-1, -1.5) + k3(-2, -1) + 0) / 3, k3(-0.3, -0.1)], abs=1e-6)
+    assert torch.all(got >= 0) and float(k3_kl(logp, logp, mask).abs().max()) == 0
+
+
+# ----- the agent: persistence, callbacks, reproducibility, errors, logging -------------------------------
+def test_save_load_roundtrip(tmp_path: Path) -> None:
+    agent = make_agent(seed=5, learning_rate=3e-3)
+    agent.learn(40)
+    path = tmp_path / "agent"
+    agent.save(path)
+    loaded = GAGPOAgent.load(path)
+    assert loaded.num_timesteps == agent.num_timesteps > 0 and loaded.iteration == agent.iteration
+    assert loaded.config == agent.config
+    obs, infos = observations(6)
+    assert loaded.predict(obs, infos, deterministic=True) == agent.predict(obs, infos, deterministic=True)
+    prompts = [agent._prompt(o, i) for o, i in zip(obs, infos)]
+    admissible = [i["admissible_actions"] for i in infos]
+    a = agent.policy.act(prompts, admissible, rng=np.random.default_rng(0))
+    b = loaded.policy.act(prompts, admissible, rng=np.random.default_rng(0))
+    assert a.chosen == b.chosen
+    np.testing.assert_allclose(np.concatenate(a.logp), np.concatenate(b.logp), atol=1e-6)
+    for (name, p), q in zip(agent.policy.named_parameters(), loaded.policy.parameters()):
+        assert torch.equal(p, q), name
+    # The optimizer state is plain tensors (weights_only) and comes back as it was.
+    state = torch.load(path / "optimizer.pt", weights_only=True)
+    assert (
+        state["state"] and loaded.optimizer.state_dict()["param_groups"] == agent.optimizer.state_dict()["param_groups"]
+    )
+    for k, s in agent.optimizer.state_dict()["state"].items():
+        for name, value in s.items():
+            assert torch.equal(loaded.optimizer.state_dict()["state"][k][name], value), (k, name)
+    # Training resumes the step count.
+    before = loaded.num_timesteps
+    loaded.learn(10, reset_num_timesteps=False)
+    assert loaded.num_timesteps >= before + 10
+
+
+def test_load_missing_checkpoint(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match=re.escape(f"no saved agent at {tmp_path / 'nope'}")):
+        GAGPOAgent.load(tmp_path / "nope")
+
+
+class Recorder(BaseCallback):
+    """Records SB3's callback events in order."""
+
+    def __init__(self, stop_at: int | None = None) -> None:
+        super().__init__()
+        self.events: list[str] = []
+        self.timesteps: list[int] = []
+        self.stop_at = stop_at
+
+    def _on_training_start(self) -> None:
+        self.events.append("training_start")
+
+    def _on_rollout_start(self) -> None:
+        self.events.append("rollout_start")
+
+    def _on_step(self) -> bool:
+        self.events.append("step")
+        self.timesteps.append(self.num_timesteps)
+        return self.stop_at is None or self.n_calls < self.stop_at
+
+    def _on_rollout_end(self) -> None:
+        self.events.append("rollout_end")
+
+    def _on_training_end(self) -> None:
+        self.events.append("training_end")
+
+
+def squeeze(events: list[str]) -> list[str]:
+    return [e for i, e in enumerate(events) if i == 0 or e != events[i - 1]]
+
+
+def test_callbacks_fire_in_order(agent: GAGPOAgent) -> None:
+    first, second = Recorder(), Recorder()
+    agent.learn(60, callback=[first, second])  # an iteration takes 24..48 steps: two or three iterations
+    assert agent.iteration >= 2
+    expected = ["training_start"] + ["rollout_start", "step", "rollout_end"] * agent.iteration + ["training_end"]
+    for recorder in (first, second):
+        assert squeeze(recorder.events) == expected
+        assert recorder.model is agent and recorder.training_env is agent.get_env()
+        assert recorder.n_calls == recorder.events.count("step")
+        assert recorder.timesteps == sorted(set(recorder.timesteps)) and recorder.timesteps[-1] == agent.num_timesteps
+
+
+def test_callback_returning_false_stops_training() -> None:
+    agent = make_agent(seed=2)
+    before = [p.detach().clone() for p in agent.policy.parameters()]
+    recorder = Recorder(stop_at=2)
+    agent.learn(10_000, callback=recorder)
+    assert squeeze(recorder.events) == ["training_start", "rollout_start", "step", "training_end"]
+    assert recorder.events.count("step") == 2
+    assert agent.num_timesteps == 2 * agent.env.num_envs  # Signs takes >= 3 steps: all members still active
+    assert agent.iteration == 0
+    assert all(torch.equal(p, q) for p, q in zip(before, agent.policy.parameters()))  # no update happened
+
+
+def test_checkpoint_callback_writes_loadable_checkpoints(tmp_path: Path) -> None:
+    agent = make_agent(seed=4)
+    agent.learn(30, callback=CheckpointCallback(save_freq=4, save_path=str(tmp_path), name_prefix="ck"))
+    saved = sorted(tmp_path.glob("ck_*_steps.zip"), key=lambda p: int(p.name.split("_")[1]))
+    assert saved and all(p.is_dir() for p in saved)
+    last = saved[-1]
+    loaded = GAGPOAgent.load(last)
+    assert loaded.num_timesteps == int(last.name.split("_")[1]) > 0
+    assert loaded.config == agent.config
+
+
+def test_progress_bars(agent: GAGPOAgent) -> None:
+    agent.learn(20, progress_bar=True)  # the agent's own bar: advanced by the env steps actually taken
+    first = agent.num_timesteps
+    assert first >= 20
+    bar = ProgressBarCallback()  # SB3's, unchanged
+    agent.learn(20, callback=bar, reset_num_timesteps=False)
+    assert bar.pbar.total == 20 and bar.pbar.n > 0
+    assert agent.num_timesteps >= first + 20
+
+
+def test_seeded_runs_are_reproducible() -> None:
+    runs = []
+    for seed in (7, 7, 8):
+        agent = make_agent(seed=seed, learning_rate=3e-3)
+        agent.learn(40)
+        episodes = [(e["return"], e["length"], e["won"]) for e in agent.last_rollout["episodes"]]
+        runs.append((agent.num_timesteps, episodes, [p.detach().clone() for p in agent.policy.parameters()]))
+    (n0, ep0, p0), (n1, ep1, p1), (_, ep2, p2) = runs
+    assert n0 == n1 and ep0 == ep1
+    assert all(torch.equal(a, b) for a, b in zip(p0, p1))
+    assert ep0 != ep2 or not all(torch.equal(a, b) for a, b in zip(p0, p2))
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"gamma": 1.5}, r"gamma must be in \[0, 1\]"),
+        ({"estimator": "a2c"}, "estimator must be one of"),
+        ({"clip_range_low": 1.0}, "clip_range_low must be < 1"),
+        ({"state_key": "history:0"}, "state key must be"),
+        ({"action_mode": "talk"}, "action_mode must be"),
+        ({"learning_rate": -1.0}, "learning_rate must be > 0"),
+        ({"num_groups": 0}, "num_groups and group_size"),
+    ],
+)
+def test_bad_hyperparameter_gives_one_readable_error(kwargs: dict, match: str) -> None:
+    with pytest.raises(ValueError, match=f"GAGPOConfig: {match}"):
+        GAGPOAgent(SIGNS, **{**SMALL, **kwargs})
+
+
+def test_unknown_hyperparameter_and_env() -> None:
+    with pytest.raises(TypeError, match="gama"):
+        GAGPOAgent(SIGNS, gama=0.9)
+    with pytest.raises(ValueError, match=r"unknown hyperparameters \['gama'\]"):
+        GAGPOConfig.from_dict({"gama": 0.9})
+    with pytest.raises(ValueError, match="unknown env id 'gagpo_gym/NoSuchEnv-v0'"):
+        GAGPOAgent("gagpo_gym/NoSuchEnv-v0", **SMALL)
+
+
+def test_ppo_estimator_trains_its_value_head() -> None:
+    agent = make_agent(estimator="ppo", seed=6)
+    head = agent.policy.value_head
+    assert head is not None and torch.count_nonzero(head.weight) == 0
+    logs = capture_logs(agent)
+    agent.learn(30)
+    assert torch.count_nonzero(head.weight) > 0
+    assert all("train/value_loss" in d and np.isfinite(d["train/value_loss"]) for d in logs.dumps)
+    targets = [r.value_target for r in agent.buffer.rows]
+    assert np.std(targets) > 0
+
+
+def test_generate_mode_iteration_with_an_untrained_model() -> None:
+    agent = make_agent(action_mode="generate", max_new_tokens=8, seed=0)
+    logs = capture_logs(agent)
+    agent.learn(20)
+    record = logs.dumps[-1]
+    rows = agent.buffer.rows
+    assert record["rollout/invalid_rate"] > 0.5 and record["rollout/unparsed_rate"] > 0.5  # garbage text
+    assert {r.reward for r in rows} <= {-0.01, 0.0, 1.0, 0.99} and -0.01 in {r.reward for r in rows}
+    assert all(r.response_ids and len(r.old_logp) == len(r.response_ids) for r in rows)
+    assert np.isfinite(record["train/policy_loss"]) and record["train/skipped_updates"] == 0
+
+
+def test_logged_keys() -> None:
+    agent = make_agent(seed=9)
+    logs = capture_logs(agent)
+    agent.learn(60, log_interval=1)
+    assert len(logs.dumps) == agent.iteration >= 2
+    keys = set(logs.dumps[0])
+    expected = {
+        "rollout/success_rate", "rollout/ep_return_mean", "rollout/ep_len_mean", "rollout/invalid_rate",
+        "rollout/unparsed_rate", "rollout/prompt_truncations", "advantage/mean", "advantage/std",
+        "advantage/iqr", "advantage/share_abs_gt_1", "advantage/singleton_share", "advantage/set_size_mean",
+        "advantage/set_size_max", "train/policy_loss", "train/entropy", "train/clip_fraction",
+        "train/approx_kl", "train/grad_norm", "time/rollout_s", "time/update_s", "time/generate_s",
+        "time/env_steps_per_s", "time/tokens_per_s", "time/iterations", "time/total_timesteps",
+    }  # fmt: skip
+    assert expected <= keys, expected - keys
+    d = logs.dumps[-1]
+    assert 0 <= d["rollout/success_rate"] <= 1 and 0 <= d["advantage/singleton_share"] <= 1
+    assert d["time/total_timesteps"] == agent.num_timesteps and d["time/update_s"] > 0
+    won = [e["won"] for e in agent.last_rollout["episodes"]]
+    assert d["rollout/success_rate"] == pytest.approx(np.mean(won))
+    with_kl = make_agent(seed=9, kl_coef=0.1)
+    kl_logs = capture_logs(with_kl)
+    with_kl.learn(10)
+    assert kl_logs.dumps[0]["train/kl"] >= 0
+
+
+def test_info_at_reads_vectorised_infos() -> None:
+    venv = GroupedVectorEnv(lambda: wrap_text_env(gagpo_gym.make(SIGNS)), num_groups=1, group_size=2)
+    try:
+        venv.reset(options={"task_seeds": [3]})
+        while venv.active[0]:  # member 0 follows the signs; member 1 sends nothing parsable
+            (expert,) = venv.call("expert_action", indices=[0])
+            _, _, terminated, _, infos = venv.step([f"<action>{expert}</action>", None])
+        assert info_at(infos, 0)["won"] and info_at(infos, 0)["action_valid"]
+        assert not info_at(infos, 1)["action_parsed"] and not info_at(infos, 1)["action_valid"]
+        _, _, _, _, infos = venv.step([None, "<action>go south</action>"])
+        assert info_at(infos, 0) == {}  # finished: not stepped, no info
+        assert info_at(infos, 1)["action_parsed"] and len(info_at(infos, 1)["history"]) == 2
+    finally:
+        venv.close()
+
+
+# ----- learning -----------------------------------------------------------------------------------------
+def learning_run(seed: int, budget: int = 5000, **overrides: Any) -> dict[str, float]:
+    """Success on 100 unseen tasks: random policy, agent before and after ``budget`` env steps."""
+    # All candidates have the same length here, so the summed score is fair and moves 3x faster than the mean.
+    config = {"num_groups": 8, "group_size": 4, "minibatch_size": 16, "learning_rate": 1e-3, "choose_score": "sum",
+              "show_admissible": False, "tiny_hidden_size": 64, "history_length": 0, "torch_threads": 1,
+              "verbose": 0}  # fmt: skip
+    agent = GAGPOAgent(SIGNS, seed=seed, **{**config, **overrides})
+    panel = {"n_tasks": 100, "batch_size": 50, "seed_offset": 10**6}  # tasks never drawn in training
+    rng = np.random.default_rng(seed)
+
+    def uniform(observations: list[str], infos: list[dict], venv: Any, indices: Any) -> list[str]:
+        return [str(rng.choice(info["admissible_actions"])) for info in infos]
+
+    random_policy = run_panel(uniform, functools.partial(wrap_signs, history_length=0), **panel)
+    before = agent.evaluate(deterministic=False, **panel)["success_rate"]
+    agent.learn(budget)
+    return {
+        "random": random_policy["success_rate"],
+        "before": before,
+        "after": agent.evaluate(deterministic=False, **panel)["success_rate"],
+        "greedy": agent.evaluate(deterministic=True, **panel)["success_rate"],
+    }
+
+
+def test_agent_learns_signs_well_above_random() -> None:
+    """A short budget takes the sampled policy from random (about 0.2) to far above it on unseen tasks.
+
+    Measured on this CPU, seeds 0-5 at 5000 env steps: random 0.14-0.22, after 0.82-1.0 (four of six at 1.0).
+    """
+    result = learning_run(seed=0)
+    assert result["random"] < 0.35, result
+    assert result["after"] >= result["random"] + 0.45, result
+    assert result["after"] >= result["before"] + 0.45, result

@@ -1,0 +1,419 @@
+"""The wrapper layer: grouped vector env (sync/async), state keys, parsing, penalties, history, prompts.
+
+Built-in Maze tasks give realistic, seed-dependent observations; a small counting env defined here checks
+who gets stepped (a finished group member must not be) and what it is asked to do.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import gagpo_gym
+from agents.tiny import train_tokenizer
+from gagpo_gym.core import TextEnv, state_key
+from wrappers import (
+    GroupedVectorEnv,
+    History,
+    InvalidActionPenalty,
+    ParseAction,
+    PromptBuilder,
+    StateKey,
+    extract_action,
+    parse_key_spec,
+    wrap_text_env,
+)
+from wrappers.prompt import CHOOSE_INSTRUCTION, GENERATE_INSTRUCTION, SYSTEM_PROMPT
+
+MAZE = "gagpo_gym/Maze-v0"
+SMALL_MAZE = {"width": 3, "height": 3, "min_path": 2, "max_path": 4}
+
+
+class CountingWalk(TextEnv):
+    """Walk right until ``target`` (1..4, drawn from the task seed); counts every ``step`` call it receives."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.step_calls = 0
+        self.received: list[Any] = []
+        self.target = 1
+        self.pos = 0
+
+    def _new_task(self, options: dict[str, Any]) -> str:
+        self.target = int(self.np_random.integers(1, 5))
+        self.pos = 0
+        self.task, self.task_id = f"Walk right {self.target} times.", f"walk-{self.target}"
+        return f"You are at 0 of {self.target}."
+
+    def step(self, action):
+        self.step_calls += 1
+        self.received.append(action)
+        return super().step(action)
+
+    def _execute(self, command: str) -> tuple[str, float, bool]:
+        self.pos += 1 if command == "right" else -1
+        self.won = self.pos == self.target
+        return f"You are at {self.pos} of {self.target}.", float(self.won), self.won
+
+    def admissible_actions(self) -> list[str]:
+        return ["left", "right"]
+
+    def state_string(self) -> str:
+        return f"walk|{self.target}|{self.pos}"
+
+    def expert_action(self) -> str:
+        return "right"
+
+    def calls(self) -> tuple[int, list[Any]]:
+        return self.step_calls, list(self.received)
+
+
+def make_maze(**kwargs: Any) -> gym.Env:
+    return wrap_text_env(gagpo_gym.make(MAZE, **SMALL_MAZE), history_length=1, tagged=False, **kwargs)
+
+
+def rollout(venv: GroupedVectorEnv, seed: int) -> list[tuple]:
+    """Play seeded random admissible actions until every member is done; returns everything observed."""
+    rng = np.random.default_rng(seed)
+    obs, infos = venv.reset(seed=seed)
+    trace = [(obs, tuple(infos["state_key"]), tuple(venv.task_seeds), tuple(venv.episode_index))]
+    admissible = list(infos["admissible_actions"])
+    while venv.active.any():
+        actions = [
+            admissible[i][rng.integers(len(admissible[i]))] if venv.active[i] else None for i in range(venv.num_envs)
+        ]
+        obs, rewards, terminated, truncated, infos = venv.step(actions)
+        keys = tuple(int(k) if m else None for k, m in zip(infos["state_key"], infos["_state_key"]))
+        trace.append((obs, tuple(rewards), tuple(terminated), tuple(truncated), keys))
+        for i in np.flatnonzero(infos["_admissible_actions"]):
+            admissible[i] = infos["admissible_actions"][i]
+    return trace
+
+
+# ----- GroupedVectorEnv ---------------------------------------------------------------------------------
+def test_grouped_env_is_a_gymnasium_vector_env() -> None:
+    venv = GroupedVectorEnv(make_maze, num_groups=2, group_size=3)
+    try:
+        assert isinstance(venv, gym.vector.VectorEnv)
+        assert venv.num_envs == 6
+        assert venv.group_index.tolist() == [0, 0, 0, 1, 1, 1]
+        obs, infos = venv.reset(seed=1)
+        assert isinstance(obs, tuple) and all(isinstance(o, str) and o for o in obs)
+        assert infos["_state_key"].all() and len(infos["state_key"]) == 6
+    finally:
+        venv.close()
+
+
+def test_sync_and_async_give_identical_trajectories() -> None:
+    sync = GroupedVectorEnv(make_maze, num_groups=2, group_size=3, mode="sync")
+    asyn = GroupedVectorEnv(make_maze, num_groups=2, group_size=3, mode="async", n_workers=2)
+    try:
+        for seed in (3, 4):
+            a, b = rollout(sync, seed), rollout(asyn, seed)
+            assert len(a) > 2
+            assert a == b
+    finally:
+        sync.close()
+        asyn.close()
+
+
+def test_members_of_a_group_share_a_task() -> None:
+    venv = GroupedVectorEnv(make_maze, num_groups=4, group_size=3)
+    try:
+        obs, infos = venv.reset(seed=11)
+        for g in range(4):
+            members = np.flatnonzero(venv.group_index == g)
+            assert len({obs[i] for i in members}) == 1
+            assert len({int(infos["state_key"][i]) for i in members}) == 1
+            assert len({infos["task_id"][i] for i in members}) == 1
+        # Four independently drawn Maze tasks: not all the same.
+        assert len(set(infos["task_id"])) > 1
+        # A group's task is what a plain env gives for the group's task seed.
+        single = make_maze()
+        first, info = single.reset(seed=int(venv.task_seeds[2]))
+        assert first == obs[6] and info["state_key"] == infos["state_key"][6]
+    finally:
+        venv.close()
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_finished_member_is_not_stepped_and_needs_no_action(mode: str) -> None:
+    venv = GroupedVectorEnv(CountingWalk, num_groups=1, group_size=2, mode=mode, n_workers=2)
+    try:
+        _, infos = venv.reset(options={"task_seeds": [0]})
+        target = int(infos["task_id"][0].split("-")[1])
+        # Member 0 walks straight to the goal; member 1 walks away from it.
+        for t in range(target):
+            obs, rewards, terminated, _, infos = venv.step(["right", "left"])
+            assert terminated[0] == (t == target - 1)
+        assert venv.active.tolist() == [False, True]
+        assert rewards[0] == 1.0
+        for _ in range(3):  # the finished member gets None and is left alone
+            obs, rewards, terminated, truncated, infos = venv.step([None, "left"])
+            assert not infos["_state_key"][0] and infos["_state_key"][1]
+            assert rewards[0] == 0.0 and not terminated[0] and not truncated[0]
+            assert obs[0] == f"You are at {target} of {target}."
+        calls = venv.call("calls")
+        assert calls[0] == (target, ["right"] * target)
+        assert calls[1] == (target + 3, ["left"] * (target + 3))
+    finally:
+        venv.close()
+
+
+def test_episode_ids_unique_across_resets() -> None:
+    venv = GroupedVectorEnv(CountingWalk, num_groups=2, group_size=2)
+    try:
+        seen: list[int] = []
+        for seed in (0, 0, 1):
+            venv.reset(seed=seed)
+            seen += venv.episode_index.tolist()
+        assert len(seen) == len(set(seen)) == 12
+    finally:
+        venv.close()
+
+
+def test_seeded_reset_and_task_seeds_option() -> None:
+    venv = GroupedVectorEnv(make_maze, num_groups=3, group_size=2)
+    try:
+        venv.reset(seed=5)
+        first = venv.task_seeds.copy()
+        venv.reset()
+        assert not np.array_equal(first, venv.task_seeds)  # the sampler moves on
+        venv.reset(seed=5)
+        assert np.array_equal(first, venv.task_seeds)  # and restarts with the seed
+        obs, infos = venv.reset(options={"task_seeds": [7, 8, 7]})
+        assert venv.task_seeds.tolist() == [7, 8, 7]
+        assert obs[0] == obs[4] and infos["task_id"][0] == infos["task_id"][5]
+        assert obs[0] == make_maze().reset(seed=7)[0]
+    finally:
+        venv.close()
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"num_groups": 0, "group_size": 2}, "num_groups and group_size"),
+        ({"num_groups": 2, "group_size": 0}, "num_groups and group_size"),
+        ({"num_groups": 1, "group_size": 2, "mode": "threads"}, "mode must be"),
+        ({"num_groups": 2, "group_size": 2, "env_fns": [CountingWalk] * 3}, "expected 4 env factories"),
+    ],
+)
+def test_bad_constructor_arguments(kwargs: dict, match: str) -> None:
+    kwargs = {"env_fns": CountingWalk, **kwargs}
+    with pytest.raises(ValueError, match=match):
+        GroupedVectorEnv(**kwargs)
+
+
+def test_bad_reset_and_step_arguments() -> None:
+    venv = GroupedVectorEnv(CountingWalk, num_groups=2, group_size=2)
+    try:
+        with pytest.raises(ValueError, match="one seed per group"):
+            venv.reset(options={"task_seeds": [1, 2, 3]})
+        venv.reset(seed=0)
+        with pytest.raises(ValueError, match="expected 4 actions"):
+            venv.step(["right"] * 3)
+    finally:
+        venv.close()
+
+
+# ----- StateKey -----------------------------------------------------------------------------------------
+def test_state_key_granularities() -> None:
+    base = functools.partial(gagpo_gym.make, MAZE, **SMALL_MAZE)
+    true_env, obs_env, hist_env = (
+        StateKey(base(), "state"),
+        StateKey(base(), "observation"),
+        StateKey(base(), "history:2"),
+    )
+    outs = [env.reset(seed=2) for env in (true_env, obs_env, hist_env)]
+    (obs, t_info), (_, o_info), (_, h_info) = outs
+    assert t_info["state_key"] == t_info["true_state_key"] == state_key(true_env.unwrapped.state_string())
+    assert o_info["state_key"] == state_key(obs) and o_info["true_state_key"] == t_info["state_key"]
+    assert h_info["state_key"] == state_key(obs)
+    previous = obs
+    for _ in range(3):
+        action = true_env.unwrapped.admissible_actions()[0]
+        results = [env.step(action) for env in (true_env, obs_env, hist_env)]
+        (obs, *_, t_info), (_, *_, o_info), (_, *_, h_info) = results
+        assert t_info["state_key"] == state_key(true_env.unwrapped.state_string())
+        assert o_info["state_key"] == state_key(obs)
+        # history:2 = the last two observations and the action between them.
+        assert h_info["state_key"] == state_key(f"{previous}\n> {action}\n{obs}")
+        assert h_info["true_state_key"] == t_info["state_key"]
+        previous = obs
+
+
+def test_history_key_separates_paths_that_the_state_key_merges() -> None:
+    env = StateKey(CountingWalk(), "history:2")
+    env.reset(seed=0)
+    *_, via_left = env.step("left")
+    *_, back = env.step("right")  # at 0 again, arrived from -1
+    env.reset(seed=0)
+    *_, start = env.step("bogus")  # at 0, stayed (invalid)
+    assert back["true_state_key"] == start["true_state_key"]
+    assert back["state_key"] != start["state_key"]
+    assert via_left["state_key"] != back["state_key"]
+
+
+@pytest.mark.parametrize("spec", ["", "obs", "history", "history:0", "history:x", "state:2"])
+def test_bad_state_key_spec(spec: str) -> None:
+    with pytest.raises(ValueError, match="state key must be"):
+        parse_key_spec(spec)
+    with pytest.raises(ValueError, match="state key must be"):
+        StateKey(CountingWalk(), spec)
+
+
+# ----- ParseAction, InvalidActionPenalty, History -------------------------------------------------------
+def test_extract_action() -> None:
+    assert extract_action("<think>east is close</think><action> go east </action>", tagged=True) == "go east"
+    assert extract_action("<ACTION>a</ACTION> then <action>b</action>", tagged=True) == "b"
+    assert extract_action("<action>multi\nline</action>", tagged=True) == "multi\nline"
+    assert extract_action("go east", tagged=True) is None
+    assert extract_action("<action>unclosed", tagged=True) is None
+    assert extract_action("  go east \n", tagged=False) == "go east"
+    assert extract_action(None, tagged=True) is None  # type: ignore[arg-type]
+
+
+def test_parse_action_tagged_and_untagged() -> None:
+    env = ParseAction(CountingWalk(), tagged=True)
+    env.reset(seed=0)
+    obs, reward, _, _, info = env.step("<think>go right</think>\n<action>Right</action>")
+    assert info["action_parsed"] and info["action_valid"] and obs.startswith("You are at 1 of ")
+    assert env.unwrapped.received[-1] == "Right"
+    state = env.unwrapped.state_string()
+    obs, reward, terminated, truncated, info = env.step("right")  # no tags: not parsed
+    assert not info["action_parsed"] and not info["action_valid"]
+    assert env.unwrapped.received[-1] == "" and env.unwrapped.state_string() == state
+    assert (obs, reward, terminated, truncated) == (CountingWalk.invalid_feedback, 0.0, False, False)
+    plain = ParseAction(CountingWalk(), tagged=False)
+    plain.reset(seed=0)
+    *_, info = plain.step(" right ")
+    assert info["action_parsed"] and info["action_valid"]
+
+
+@pytest.mark.parametrize(
+    "garbage", [None, 17, b"<action>right</action>", "", "<action></action>", "\x00\xff" * 50, "<" * 5000]
+)
+def test_parse_action_never_raises_on_garbage(garbage: Any) -> None:
+    env = InvalidActionPenalty(ParseAction(CountingWalk(), tagged=True), penalty=0.25)
+    env.reset(seed=0)
+    state = env.unwrapped.state_string()
+    obs, reward, terminated, truncated, info = env.step(garbage)
+    assert not info["action_valid"]
+    assert reward == -0.25 and not terminated and not truncated
+    assert env.unwrapped.state_string() == state
+
+
+def test_invalid_action_penalty() -> None:
+    env = InvalidActionPenalty(CountingWalk(), penalty=0.05)
+    env.reset(options=None, seed=0)
+    target = env.unwrapped.target
+    *_, reward, _, _, info = env.step("jump")
+    assert reward == pytest.approx(-0.05) and not info["action_valid"]
+    *_, reward, _, _, info = env.step("left")
+    assert reward == 0.0 and info["action_valid"]
+    env.reset(seed=0)
+    for _ in range(target):
+        _, reward, terminated, _, _ = env.step("right")
+    assert terminated and reward == 1.0  # the success reward is untouched
+    assert wrap_text_env(CountingWalk()).get_wrapper_attr("penalty") == 0.01  # the documented default
+    with pytest.raises(ValueError, match="penalty must be >= 0"):
+        InvalidActionPenalty(CountingWalk(), penalty=-0.1)
+
+
+def test_history_keeps_the_last_pairs() -> None:
+    env = History(CountingWalk(), length=2)
+    obs0, info = env.reset(seed=3)
+    assert info["history"] == []
+    obs1, *_, info = env.step("left")
+    assert info["history"] == [[obs0, "left"]]
+    obs2, *_, info = env.step("bogus")
+    assert info["history"] == [[obs0, "left"], [obs1, "bogus"]]
+    _, *_, info = env.step("right")
+    assert info["history"] == [[obs1, "bogus"], [obs2, "right"]]
+    _, info = env.reset(seed=3)
+    assert info["history"] == []
+    none = History(CountingWalk(), length=0)
+    none.reset(seed=0)
+    *_, info = none.step("left")
+    assert info["history"] == []
+    with pytest.raises(ValueError, match="history length"):
+        History(CountingWalk(), length=-1)
+
+
+def test_wrap_text_env_stack_order() -> None:
+    env = wrap_text_env(CountingWalk(), key="observation", penalty=0.5, history_length=1, tagged=True)
+    assert [type(w).__name__ for w in (env, env.env, env.env.env, env.env.env.env)] == [
+        "ParseAction",
+        "History",
+        "InvalidActionPenalty",
+        "StateKey",
+    ]
+    obs0, _ = env.reset(seed=0)
+    obs, reward, _, _, info = env.step("no tags here")
+    assert reward == -0.5 and not info["action_parsed"] and info["state_key"] == state_key(obs)
+    # History sits inside ParseAction: it records the command the env received (here: none could be parsed).
+    assert info["history"] == [[obs0, ""]]
+    assert env.unwrapped.received == [""]
+
+
+# ----- PromptBuilder ------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def tokenizer():
+    corpus = [f"You are at {i} of {j}." for i in range(-5, 6) for j in range(1, 5)] + ["left | right"]
+    return train_tokenizer(corpus, vocab_size=400)
+
+
+def test_prompt_uses_the_chat_template(tokenizer) -> None:
+    builder = PromptBuilder(tokenizer, action_mode="generate")
+    ids = builder.build("Walk right.", [], "You are at 0 of 3.", ["left", "right"])
+    text = tokenizer.decode(ids)
+    assert text.startswith(f"<|im_start|>system\n{SYSTEM_PROMPT}<|im_end|>\n<|im_start|>user\n")
+    assert text.endswith("<|im_end|>\n<|im_start|>assistant\n")
+    assert "Task: Walk right." in text and "Current observation: You are at 0 of 3." in text
+    assert "Admissible actions: left | right" in text and GENERATE_INSTRUCTION in text
+    choose = tokenizer.decode(PromptBuilder(tokenizer, action_mode="choose").build("t", [], "o", ["a"]))
+    assert CHOOSE_INSTRUCTION in choose and GENERATE_INSTRUCTION not in choose
+    hidden = tokenizer.decode(PromptBuilder(tokenizer, show_admissible=False).build("t", [], "o", ["a"]))
+    assert "Admissible actions" not in hidden
+
+
+def test_prompt_without_chat_template(tokenizer) -> None:
+    plain = train_tokenizer(["You are at 0 of 3."], vocab_size=300)
+    plain.chat_template = None
+    text = plain.decode(PromptBuilder(plain, action_mode="choose").build("t", [], "You are at 0 of 3.", ["a"]))
+    assert text.startswith(SYSTEM_PROMPT) and text.endswith("\n\nAnswer: ") and "<|im_start|>" not in text
+
+
+def test_prompt_truncates_history_oldest_first_never_the_observation(tokenizer) -> None:
+    history = [[f"You are at {i} of 4.", "right"] for i in range(-5, 0)]
+    current = "You are at 0 of 4."
+    builder = PromptBuilder(tokenizer, action_mode="choose", max_prompt_tokens=10_000)
+    full = builder.build("Walk.", history, current, ["left", "right"])
+    assert builder.truncated_count == 0
+    one_step = len(builder.build("Walk.", history[-2:], current, ["left", "right"]))
+    budget = one_step  # room for the two most recent steps, not three
+    small = PromptBuilder(tokenizer, action_mode="choose", max_prompt_tokens=budget)
+    ids = small.build("Walk.", history, current, ["left", "right"])
+    text = tokenizer.decode(ids)
+    assert len(ids) <= budget < len(full)
+    assert small.truncated_count == 1 and small.overflow_count == 0
+    assert "You are at -2 of 4." in text and "You are at -1 of 4." in text
+    assert "You are at -3 of 4." not in text and "You are at -5 of 4." not in text
+    assert f"Current observation: {current}" in text
+    # A budget that not even the bare prompt fits: the observation is kept whole and the overflow counted.
+    tiny = PromptBuilder(tokenizer, action_mode="choose", max_prompt_tokens=16)
+    long_obs = "You are at 0 of 4. " * 20
+    text = tokenizer.decode(tiny.build("Walk.", history, long_obs, ["left"]))
+    assert long_obs in text and "Recent steps" not in text
+    assert tiny.overflow_count == 1 and tiny.truncated_count == 0
+
+
+def test_prompt_builder_bad_arguments(tokenizer) -> None:
+    with pytest.raises(ValueError, match="action_mode"):
+        PromptBuilder(tokenizer, action_mode="chat")
+    with pytest.raises(ValueError, match="max_prompt_tokens"):
+        PromptBuilder(tokenizer, max_prompt_tokens=8)
