@@ -1,10 +1,10 @@
-"""Shared pieces of the command-line scripts: argument checks, reference policies, the paper-style table."""
+"""Shared pieces of the command-line scripts: argument checks, config flags, the paper-style table."""
 
 from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -52,9 +52,9 @@ def fail(message: str, code: int = 2) -> NoReturn:
 
 def resolve_env_id(env_id: str) -> str:
     """The full registered id (``Maze-v0`` -> ``gagpo_gym/Maze-v0``), or exit with the list of known ids."""
-    full = env_id if "/" in env_id else f"{gagpo_gym.registration.NAMESPACE}/{env_id}"
     import gymnasium as gym
 
+    full = env_id if "/" in env_id else f"{gagpo_gym.registration.NAMESPACE}/{env_id}"
     if full not in gym.registry:
         fail(f"unknown env {env_id!r}; registered: {', '.join(gagpo_gym.registered_text_envs())}")
     return full
@@ -79,28 +79,6 @@ def check_env_kwargs(env_id: str, env_kwargs: dict[str, Any]) -> None:
         gagpo_gym.make(env_id, **env_kwargs).close()
     except (TypeError, ValueError) as err:
         fail(f"cannot make {env_id} with {env_kwargs}: {err}")
-
-
-def env_factory(env_id: str, env_kwargs: dict[str, Any]) -> Callable[[], Any]:
-    """A factory of plain (unwrapped) envs, for the reference policies."""
-    import functools
-
-    return functools.partial(gagpo_gym.make, env_id, **env_kwargs)
-
-
-def expert_policy(obs: Sequence[str], infos: Sequence[dict], venv: Any, indices: Sequence[int]) -> list[str]:
-    """The env's own expert (``env.unwrapped.expert_action()``)."""
-    return list(venv.call("expert_action", indices=list(indices)))
-
-
-def random_policy(seed: int) -> Callable[..., list[str]]:
-    """Uniform over the admissible actions, from a seeded PCG64 stream (the same on every machine)."""
-    rng = np.random.default_rng(seed)
-
-    def act(obs: Sequence[str], infos: Sequence[dict], venv: Any, indices: Sequence[int]) -> list[str]:
-        return [str(info["admissible_actions"][rng.integers(len(info["admissible_actions"]))]) for info in infos]
-
-    return act
 
 
 def table_kind(env_id: str) -> str:

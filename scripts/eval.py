@@ -20,12 +20,9 @@ from typing import Any
 
 from _common import (
     check_env_kwargs,
-    env_factory,
-    expert_policy,
     fail,
     markdown_table,
     parse_json_kwargs,
-    random_policy,
     resolve_env_id,
     table_kind,
     table_legend,
@@ -68,11 +65,11 @@ def evaluate_agent(path: str, env_id: str, env_kwargs: dict[str, Any], args: arg
     )
 
 
-def evaluate_reference(act: Any, env_id: str, env_kwargs: dict[str, Any], args: argparse.Namespace) -> dict:
-    from agents.gagpo import run_panel
+def evaluate_reference(kind: str, env_id: str, env_kwargs: dict[str, Any], args: argparse.Namespace) -> dict:
+    from agents.gagpo import reference_policy_panel
 
-    return run_panel(
-        act, env_factory(env_id, env_kwargs), args.n_tasks, batch_size=args.batch_size, seed_offset=args.seed_offset
+    return reference_policy_panel(
+        kind, env_id, env_kwargs, args.n_tasks, seed=args.random_seed, seed_offset=args.seed_offset
     )
 
 
@@ -93,30 +90,24 @@ def main(argv: list[str] | None = None) -> int:
     if not (args.agent or args.expert or args.random):
         args.expert = args.random = True
 
-    entries: list[tuple[str, Any]] = []
-    for k, path in enumerate(args.agent):
-        entries.append((args.name[k] if args.name else _agent_label(path), path))
-    if args.expert:
-        entries.append(("expert", expert_policy))
-    if args.random:
-        entries.append(("random", random_policy(args.random_seed)))
+    # (row label, saved agent path or reference policy kind)
+    entries = [(args.name[k] if args.name else _agent_label(path), path) for k, path in enumerate(args.agent)]
+    entries += [(ref, ref) for ref, wanted in (("expert", args.expert), ("random", args.random)) if wanted]
 
     kind = table_kind(env_id)
     rows, results = [], []
-    for name, what in entries:
+    for name, source in entries:
         started = time.perf_counter()
         try:
-            if isinstance(what, str):
-                metrics = evaluate_agent(what, env_id, env_kwargs, args)
+            if source in ("expert", "random"):
+                metrics = evaluate_reference(source, env_id, env_kwargs, args)
             else:
-                metrics = evaluate_reference(what, env_id, env_kwargs, args)
+                metrics = evaluate_agent(source, env_id, env_kwargs, args)
         except AttributeError as err:
             fail(f"{name}: {env_id} has no expert ({err})")
         seconds = time.perf_counter() - started
         rows.append(table_row(name, metrics, kind))
-        results.append(
-            {"agent": name, "source": what if isinstance(what, str) else name, "seconds": seconds, **metrics}
-        )
+        results.append({"agent": name, "source": source, "seconds": seconds, **metrics})
 
     panel = f"tasks {args.seed_offset}..{args.seed_offset + args.n_tasks - 1}"
     print(f"{env_id} {json.dumps(env_kwargs) if env_kwargs else ''} | {panel}, each once\n")
