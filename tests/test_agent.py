@@ -594,6 +594,7 @@ def test_seeded_runs_are_reproducible() -> None:
         ({"action_mode": "talk"}, "action_mode must be"),
         ({"learning_rate": -1.0}, "learning_rate must be > 0"),
         ({"num_groups": 0}, "num_groups and group_size"),
+        ({"task_pool": -1}, "task_pool must be >= 0"),
     ],
 )
 def test_bad_hyperparameter_gives_one_readable_error(kwargs: dict, match: str) -> None:

@@ -193,9 +193,24 @@ def test_seeded_reset_and_task_seeds_option() -> None:
         venv.close()
 
 
+def test_task_pool_limits_the_task_seeds() -> None:
+    venv = GroupedVectorEnv(CountingWalk, num_groups=4, group_size=1, task_pool=3)
+    try:
+        drawn = set()
+        for seed in range(6):
+            venv.reset(seed=seed)
+            drawn |= set(venv.task_seeds.tolist())
+        assert drawn == {0, 1, 2}
+        venv.reset(options={"task_seeds": [5, 6, 7, 8]})  # an explicit panel is not limited by the pool
+        assert venv.task_seeds.tolist() == [5, 6, 7, 8]
+    finally:
+        venv.close()
+
+
 @pytest.mark.parametrize(
     "kwargs, match",
     [
+        ({"num_groups": 1, "group_size": 2, "task_pool": 0}, "task_pool must be >= 1"),
         ({"num_groups": 0, "group_size": 2}, "num_groups and group_size"),
         ({"num_groups": 2, "group_size": 0}, "num_groups and group_size"),
         ({"num_groups": 1, "group_size": 2, "mode": "threads"}, "mode must be"),
@@ -394,8 +409,7 @@ def test_prompt_truncates_history_oldest_first_never_the_observation(tokenizer) 
     builder = PromptBuilder(tokenizer, action_mode="choose", max_prompt_tokens=10_000)
     full = builder.build("Walk.", history, current, ["left", "right"])
     assert builder.truncated_count == 0
-    one_step = len(builder.build("Walk.", history[-2:], current, ["left", "right"]))
-    budget = one_step  # room for the two most recent steps, not three
+    budget = len(builder.build("Walk.", history[-2:], current, ["left", "right"]))  # two recent steps fit
     small = PromptBuilder(tokenizer, action_mode="choose", max_prompt_tokens=budget)
     ids = small.build("Walk.", history, current, ["left", "right"])
     text = tokenizer.decode(ids)
