@@ -89,7 +89,7 @@ class GAGPOAgent:
             hyperparameters["seed"] = seed
         self.model_source = model
         self.tiny = model == "tiny"
-        self.config = GAGPOConfig(estimator=estimator, **hyperparameters).resolved(self.tiny)
+        self.config = GAGPOConfig.from_dict({"estimator": estimator, **hyperparameters}).resolved(self.tiny)
         c = self.config
         torch.set_num_threads(c.torch_threads or max(1, (os.cpu_count() or 2) // 2))
         torch.manual_seed(c.seed)
@@ -372,12 +372,12 @@ class GAGPOAgent:
                     if c.kl_coef > 0:
                         kl = k3_kl(ev.logp, self._reference_logp(micro), ev.mask).mean()
                         loss = loss + c.kl_coef * kl
-                        logs["kl"].append(float(kl))
+                        logs["kl"].append(float(kl.detach()))
                     if ev.values is not None:
                         target = torch.as_tensor([r.value_target for r in micro], device=ev.values.device)
                         value_loss = torch.nn.functional.mse_loss(ev.values, target)
                         loss = loss + c.vf_coef * value_loss
-                        logs["value_loss"].append(float(value_loss))
+                        logs["value_loss"].append(float(value_loss.detach()))
                     if not torch.isfinite(loss):
                         finite = False
                         break

@@ -603,7 +603,7 @@ def test_bad_hyperparameter_gives_one_readable_error(kwargs: dict, match: str) -
 
 
 def test_unknown_hyperparameter_and_env() -> None:
-    with pytest.raises(TypeError, match="gama"):
+    with pytest.raises(ValueError, match=r"unknown hyperparameters \['gama'\]"):
         GAGPOAgent(SIGNS, gama=0.9)
     with pytest.raises(ValueError, match=r"unknown hyperparameters \['gama'\]"):
         GAGPOConfig.from_dict({"gama": 0.9})
