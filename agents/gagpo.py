@@ -91,6 +91,8 @@ class GAGPOAgent:
         self.tiny = model == "tiny"
         self.config = GAGPOConfig.from_dict({"estimator": estimator, **hyperparameters}).resolved(self.tiny)
         c = self.config
+        if self.tiny and c.lora_r > 0:
+            raise ValueError("lora_r > 0 needs a pretrained model: the tiny model starts random and trains all weights")
         torch.set_num_threads(c.torch_threads or max(1, (os.cpu_count() or 2) // 2))
         torch.manual_seed(c.seed)
         self.rng = np.random.default_rng(c.seed)
@@ -152,6 +154,8 @@ class GAGPOAgent:
             model = build_tiny_model(tokenizer, spec, seed=c.seed).to(device)
         else:
             model, tokenizer = self._load_pretrained(self.model_source, device)
+            if c.lora_r > 0:
+                model = self._add_lora(model)
         return self._wrap_model(model, tokenizer)
 
     def _load_pretrained(self, source: str, device: torch.device):
@@ -165,12 +169,15 @@ class GAGPOAgent:
         model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype).to(device)
         return model, tokenizer
 
+    def _add_lora(self, model):
+        """Train a LoRA adapter instead of all weights (the adapter-disabled model is the KL reference)."""
+        from peft import LoraConfig, get_peft_model
+
+        c = self.config
+        return get_peft_model(model, LoraConfig(r=c.lora_r, lora_alpha=c.lora_alpha, target_modules="all-linear"))
+
     def _wrap_model(self, model, tokenizer) -> LLMPolicy:
         c = self.config
-        if c.lora_r > 0:
-            from peft import LoraConfig, get_peft_model
-
-            model = get_peft_model(model, LoraConfig(r=c.lora_r, lora_alpha=c.lora_alpha, target_modules="all-linear"))
         if c.gradient_checkpointing:
             model.gradient_checkpointing_enable()
         return LLMPolicy(
@@ -518,8 +525,19 @@ class GAGPOAgent:
         (path / AGENT_FILE).write_text(json.dumps(meta, indent=2))
 
     @classmethod
-    def load(cls, path: str | os.PathLike, env: Any = None, **overrides: Any) -> GAGPOAgent:
-        """Restore an agent saved with :meth:`save` (no unpickling: safetensors and ``weights_only=True``)."""
+    def load(
+        cls,
+        path: str | os.PathLike,
+        env: Any = None,
+        *,
+        verbose: int = 1,
+        log_dir: str | None = None,
+        **overrides: Any,
+    ) -> GAGPOAgent:
+        """Restore an agent saved with :meth:`save` (no unpickling: safetensors and ``weights_only=True``).
+
+        ``env`` replaces the saved env id; ``overrides`` replace saved hyperparameters.
+        """
         from safetensors.torch import load_file
 
         path = Path(path)
@@ -540,12 +558,9 @@ class GAGPOAgent:
 
             base, tokenizer = proto._load_pretrained(meta["model_source"], device)
             model = PeftModel.from_pretrained(base, path / "model", is_trainable=True)
-            config_for_wrap = GAGPOConfig.from_dict({**values, "lora_r": 0})
-            proto.config = config_for_wrap
-            policy = proto._wrap_model(model, tokenizer)
         else:
             model, tokenizer = proto._load_pretrained(str(path / "model"), device)
-            policy = proto._wrap_model(model, tokenizer)
+        policy = proto._wrap_model(model, tokenizer)
         if policy.value_head is not None:
             policy.value_head.load_state_dict(load_file(path / "value_head.safetensors"))
         hyper = {k: v for k, v in values.items() if k != "estimator"}
@@ -554,6 +569,8 @@ class GAGPOAgent:
             model=meta["model_source"],
             estimator=config.estimator,
             env_kwargs=meta["env_kwargs"] if env is None else None,
+            verbose=verbose,
+            log_dir=log_dir,
             _policy=policy,
             **hyper,
         )

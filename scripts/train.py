@@ -117,9 +117,7 @@ def main(argv: list[str] | None = None) -> int:
             env_id = resolve_env_id(args.env)
             check_env_kwargs(env_id, env_kwargs)
             env = gagpo_gym.make(env_id, **env_kwargs)
-        agent = GAGPOAgent.load(args.resume, env=env, **overrides)
-        agent.verbose = verbose
-        agent.set_logger(agent._default_logger(args.log_dir))
+        agent = GAGPOAgent.load(args.resume, env=env, verbose=verbose, log_dir=args.log_dir, **overrides)
         print(f"resumed {args.resume} at {agent.num_timesteps} env steps ({agent.env_id})")
     else:
         if not args.env:
