@@ -63,11 +63,17 @@ def main() -> None:
     rows["expert (upper bound)"] = reference_policy_panel("expert", ENV_ID, ENV_KWARGS, args.tasks)
     agent.save(out / "agent")
 
-    print(f"\n## {ENV_ID} {ENV_KWARGS}: {args.tasks} fixed tasks, greedy evaluation\n")
-    print("| policy | success | mean episode length |")
-    print("|---|---|---|")
-    for name, m in rows.items():
-        print(f"| {name} | {m['success_rate']:.2f} | {m['mean_length']:.1f} |")
+    lines = [
+        f"`{ENV_ID}` {ENV_KWARGS}, tiny model, GAGPO, {agent.num_timesteps} env steps ({train_s:.0f} s of training); "
+        f"{args.tasks} fixed tasks, greedy evaluation.",
+        "",
+        "| policy | success | mean episode length |",
+        "|---|---|---|",
+        *(f"| {name} | {m['success_rate']:.2f} | {m['mean_length']:.1f} |" for name, m in rows.items()),
+    ]
+    summary = "\n".join(lines)
+    print("\n" + summary)
+    (out / "summary.md").write_text(summary + "\n")
     steps, success = zip(*recorder.points)
     plt.figure(figsize=(6, 4))
     plt.plot(steps, success, marker="o", label="GAGPO (sampled rollouts)")
@@ -79,7 +85,7 @@ def main() -> None:
     plt.legend()
     plt.tight_layout()
     plt.savefig(out / "learning_curve.png", dpi=120)
-    print(f"\ntraining: {agent.num_timesteps} env steps in {train_s:.0f} s; total {time.perf_counter() - start:.0f} s")
+    print(f"\ntotal wall time {time.perf_counter() - start:.0f} s")
     print(f"learning curve: {out / 'learning_curve.png'}; agent saved to {out / 'agent'}")
 
 
