@@ -8,7 +8,8 @@ instead of ``textworld.gym``'s batched subprocesses, so Gymnasium's vector envs 
   ``AlfredTWEnv`` filters them, in sorted path order so that ``reset(seed=s)`` plays ``games[s % len(games)]``
   on every machine.
 * ``state_key``: blake2b of the engine's true state, its sorted PDDL facts. ``info["obs_key"]`` hashes the
-  observation text instead (GiGPO's key), so that the two can be compared.
+  returned observation text instead (GiGPO's key; every invalid command shares the key of "Nothing happens."),
+  so that the two can be compared (``scripts/alfworld_table.py``).
 * ``expert_action()``: one of ALFWorld's two experts (``AlfredExpert``): ``"planner"`` (default), fast-downward's
   optimal plan from the true state, which wins every game; or ``"handcoded"``, ALFWorld's rule-based explorer,
   which sees only what the agent sees. Both run only when asked for, not after every step as ``AlfredExpert`` does.
@@ -294,7 +295,8 @@ class ALFWorldEnv(TextEnv):
             self._plan.pop(0)
         else:
             self._plan = None
-        self._handcoded_pending.append((game_state, command))
+        if self.expert == "handcoded":
+            self._handcoded_pending.append((game_state, command))
         return game_state.feedback, (1.0 if self.won else 0.0), self.won
 
     def _set_state(self, game_state: Any) -> None:
