@@ -99,7 +99,6 @@ class GAGPOAgent:
         self.verbose = verbose
         self.num_timesteps = 0
         self.iteration = 0
-        self._env_seed = c.seed
 
         self.env_id, self.env_kwargs = (None, dict(env_kwargs or {}))
         if isinstance(env, GroupedVectorEnv):
@@ -119,7 +118,6 @@ class GAGPOAgent:
         self.optimizer = torch.optim.AdamW(params, lr=c.learning_rate, weight_decay=c.weight_decay)
         self.buffer = GroupRolloutBuffer(c)
         self.set_logger(self._default_logger(log_dir))
-        self._ep_stats: dict[str, list[float]] = {}
 
     # ----- construction ---------------------------------------------------------------------------------
     def _wrap_kwargs(self) -> dict[str, Any]:
@@ -243,8 +241,8 @@ class GAGPOAgent:
         self.buffer.reset()
         self.policy.eval()
         callback.on_rollout_start()
-        obs, infos = env.reset(seed=self._env_seed)
-        self._env_seed += 1
+        # Task seeds of iteration k come from (seed, k): reproducible, resumable, and unrelated across seeds.
+        obs, infos = env.reset(seed=int(np.random.SeedSequence([c.seed, self.iteration]).generate_state(1)[0]))
         if "history" not in infos:
             raise ValueError("the GroupedVectorEnv's sub-envs must be wrapped with wrappers.wrap_text_env")
         current = [info_at(infos, i) for i in range(env.num_envs)]
@@ -520,7 +518,6 @@ class GAGPOAgent:
             "env_kwargs": self.env_kwargs,
             "num_timesteps": self.num_timesteps,
             "iteration": self.iteration,
-            "env_seed": self._env_seed,
         }
         (path / AGENT_FILE).write_text(json.dumps(meta, indent=2))
 
@@ -575,11 +572,7 @@ class GAGPOAgent:
             **hyper,
         )
         agent.optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=True))
-        agent.num_timesteps, agent.iteration, agent._env_seed = (
-            meta["num_timesteps"],
-            meta["iteration"],
-            meta["env_seed"],
-        )
+        agent.num_timesteps, agent.iteration = meta["num_timesteps"], meta["iteration"]
         return agent
 
 
