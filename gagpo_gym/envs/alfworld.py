@@ -60,7 +60,7 @@ def find_data_root(data_root: str | os.PathLike | None = None) -> Path:
         chosen = [(_CHECKOUT_DATA, "the checkout default"), (_ALFWORLD_CACHE, "ALFWorld's default")]
     for path, _ in chosen:
         if (path / "json_2.1.1").is_dir():
-            return path
+            return path.resolve()  # one canonical path, also when shared/ is reached through a link
     tried = "; ".join(f"{path} ({why})" for path, why in chosen)
     raise FileNotFoundError(
         f"no ALFWorld data found (looked for json_2.1.1/ in: {tried}). Pass data_root=..., or set ALFWORLD_DATA "
