@@ -20,7 +20,7 @@ demo: venv
 	$(PY) scripts/demo.py
 
 test: venv
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=10
 
 lint: venv
 	$(VENV)/bin/ruff check .
