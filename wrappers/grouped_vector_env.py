@@ -59,9 +59,8 @@ def _worker(conn, env_fns: list[EnvFactory]) -> None:
                     out = [envs[i].reset(seed=seed) for i, seed in payload]
                 elif command == "step":
                     out = [envs[i].step(action) for i, action in payload]
-                else:  # call
-                    name, indices, args = payload
-                    out = [_call(envs[i], name, args) for i in indices]
+                else:  # call: payload holds (index, (method name, args))
+                    out = [_call(envs[i], name, args) for i, (name, args) in payload]
                 conn.send(("ok", out))
             except Exception:  # report, keep serving: the parent raises with the worker's traceback
                 conn.send(("error", traceback.format_exc()))
@@ -109,15 +108,7 @@ class _WorkerProcesses:
         return self._scatter("step", jobs)
 
     def call(self, name, indices, args):
-        out = []
-        for i in indices:  # rare (expert actions for eval): one round trip each keeps it simple
-            w = i % self.n_workers
-            self.conns[w].send(("call", (name, [i // self.n_workers], args)))
-            status, result = self.conns[w].recv()
-            if status != "ok":
-                raise RuntimeError(f"sub-env worker {w} failed:\n{result}")
-            out.extend(result)
-        return out
+        return self._scatter("call", [(i, (name, args)) for i in indices])
 
     def close(self) -> None:
         for conn in self.conns:
