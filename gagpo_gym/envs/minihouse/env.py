@@ -154,35 +154,32 @@ class MiniHouseEnv(TextEnv):
 def _task_types(task_types) -> tuple[str, ...]:
     if task_types is None:
         return tuple(vocab.TASK_TYPES)
-    if isinstance(task_types, str):
-        task_types = [task_types]
     long_names = {long: short for short, long in vocab.TASK_TYPES.items()}
-    chosen = []
-    for name in task_types:
-        short = long_names.get(name, name)
-        if short not in vocab.TASK_TYPES:
-            raise ValueError(f"unknown task type {name!r}; choose from {list(vocab.TASK_TYPES)}")
-        if short not in chosen:
-            chosen.append(short)
-    if not chosen:
-        raise ValueError("task_types must name at least one task type")
-    return tuple(chosen)
+    return _choose(task_types, vocab.TASK_TYPES, lambda name: long_names.get(name, name), "task type", "task_types")
 
 
 def _room_kinds(room_kinds) -> tuple[str, ...]:
     if room_kinds is None:
         return vocab.ROOM_KINDS
-    if isinstance(room_kinds, str):
-        room_kinds = [room_kinds]
-    chosen = []
-    for name in room_kinds:
-        kind = _ROOM_ALIASES.get(str(name).lower(), str(name).lower())
-        if kind not in vocab.ROOM_KINDS:
-            raise ValueError(f"unknown room kind {name!r}; choose from {list(vocab.ROOM_KINDS)}")
-        if kind not in chosen:
-            chosen.append(kind)
+    return _choose(
+        room_kinds, vocab.ROOM_KINDS, lambda name: _ROOM_ALIASES.get(str(name).lower(), str(name).lower()),
+        "room kind", "room_kinds",
+    )  # fmt: skip
+
+
+def _choose(names, allowed, canonical, singular: str, plural: str) -> tuple[str, ...]:
+    """Canonical, de-duplicated names in the given order; one ValueError for an unknown name or an empty list."""
+    if isinstance(names, str):
+        names = [names]
+    chosen: list[str] = []
+    for name in names:
+        value = canonical(name)
+        if value not in allowed:
+            raise ValueError(f"unknown {singular} {name!r}; choose from {list(allowed)}")
+        if value not in chosen:
+            chosen.append(value)
     if not chosen:
-        raise ValueError("room_kinds must name at least one room kind")
+        raise ValueError(f"{plural} must name at least one {singular}")
     return tuple(chosen)
 
 
