@@ -354,6 +354,7 @@ class GAGPOAgent:
             k: [] for k in ("policy_loss", "kl", "entropy", "clip_fraction", "approx_kl", "grad_norm", "value_loss")
         }
         skipped = 0
+        params = [p for p in self.policy.parameters() if p.requires_grad]
         for _ in range(c.n_epochs):
             order = self.rng.permutation(len(rows))
             for start in range(0, len(rows), c.minibatch_size):
@@ -395,7 +396,6 @@ class GAGPOAgent:
                     skipped += 1
                     self.optimizer.zero_grad(set_to_none=True)
                     continue
-                params = [p for p in self.policy.parameters() if p.requires_grad]
                 grad_norm = torch.nn.utils.clip_grad_norm_(params, c.max_grad_norm)
                 if not torch.isfinite(grad_norm):
                     skipped += 1
