@@ -22,7 +22,8 @@ import string
 from typing import Any
 
 import gymnasium as gym
-from gymnasium import spaces
+
+from gagpo_gym.text_space import TextSpace
 
 #: Printable ASCII including space, tab and newline (Gymnasium's default Text charset has no spaces).
 CHARSET: str = string.printable
@@ -44,8 +45,8 @@ def normalize_command(action: Any) -> str | None:
     return " ".join(action.strip().lower().split())
 
 
-def text_space(max_length: int) -> spaces.Text:
-    return spaces.Text(max_length=max_length, min_length=0, charset=CHARSET)
+def text_space(max_length: int) -> TextSpace:
+    return TextSpace(max_length=max_length, min_length=0, charset=CHARSET)
 
 
 def to_charset(text: str) -> str:

@@ -344,3 +344,20 @@ def test_maze_views_and_sizes() -> None:
     big = gym.make("gagpo_gym/Maze-v0", width=9, height=7, rooms=3, room_size=3, min_path=10, max_path=20)
     info, steps = run_expert(big, 0)
     assert info["won"] and 10 <= steps <= 20
+
+
+@pytest.mark.parametrize("env_id", gagpo_gym.registered_text_envs())
+def test_make_vec_async_default_matches_sync(env_id: str) -> None:
+    """Async with Gymnasium's default shared memory must carry the same text as sync (it used to give '000...')."""
+    vectors = [gym.make_vec(env_id, num_envs=2, vectorization_mode=mode) for mode in ("async", "sync")]
+    try:
+        (obs_async, info_async), (obs_sync, info_sync) = (v.reset(seed=3) for v in vectors)
+        assert obs_async == obs_sync and all(obs_sync)
+        for _ in range(2):
+            actions = [list(info_sync["admissible_actions"][i])[-1] for i in range(2)]
+            (obs_async, *_, info_async), (obs_sync, *_, info_sync) = (v.step(actions) for v in vectors)
+            assert obs_async == obs_sync
+            assert list(info_async["state_key"]) == list(info_sync["state_key"])
+    finally:
+        for v in vectors:
+            v.close()
