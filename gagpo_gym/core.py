@@ -3,14 +3,14 @@
 A text env knows nothing about LLMs: prompts, parsing and penalties are wrappers. What it owes its users is a
 small, checkable contract (DESIGN.md, "The text-env contract"):
 
-* ``observation_space`` and ``action_space`` are ``gymnasium.spaces.Text`` over a printable charset with
-  ``min_length=0``;
+* ``observation_space`` and ``action_space`` are :class:`~gagpo_gym.text_space.TextSpace` (a ``gymnasium.spaces.Text``
+  that holds any Unicode text without control characters) with ``min_length=0``;
 * ``reset(seed=s)`` gives the same task and initial state for the same ``s``;
 * ``info`` always carries ``state_key`` (int64, stable hash of the canonical true state),
   ``admissible_actions``, ``task``, ``task_id``, ``won``, after a step ``action_valid``, and ``task_type``
   where the env has types;
-* an unknown or malformed action never raises: the state is unchanged, ``action_valid=False``, reward 0
-  (the penalty is a wrapper's job).
+* an unknown or malformed action (one outside the action space included) never raises: the state is unchanged,
+  ``action_valid=False``, reward 0 (the penalty is a wrapper's job).
 
 Subclasses implement a handful of small methods; :class:`TextEnv` turns them into Gymnasium's API.
 """
@@ -23,9 +23,10 @@ from typing import Any
 
 import gymnasium as gym
 
-from gagpo_gym.text_space import TextSpace
+from gagpo_gym.text_space import FORBIDDEN, TextSpace
 
-#: Printable ASCII including space, tab and newline (Gymnasium's default Text charset has no spaces).
+#: The alphabet the text spaces sample from: printable ASCII including space, tab and newline (Gymnasium's
+#: default Text charset has no spaces). The spaces themselves hold any Unicode text without control characters.
 CHARSET: str = string.printable
 OBS_MAX_LENGTH = 32_768
 ACTION_MAX_LENGTH = 2_048
@@ -50,11 +51,8 @@ def text_space(max_length: int) -> TextSpace:
 
 
 def to_charset(text: str) -> str:
-    """Drop characters outside :data:`CHARSET` so that every observation lies in the observation space."""
-    return "".join(ch for ch in text if ch in _CHARSET_SET)[:OBS_MAX_LENGTH]
-
-
-_CHARSET_SET = frozenset(CHARSET)
+    """Drop control characters (Unicode stays) and cap the length, so that the text lies in the observation space."""
+    return FORBIDDEN.sub("", text)[:OBS_MAX_LENGTH]
 
 
 class TextEnv(gym.Env[str, str]):
@@ -117,7 +115,7 @@ class TextEnv(gym.Env[str, str]):
         return self._last_observation, self._info()
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict]:
-        command = self.canonical_action(action)
+        command = self.canonical_action(action) if self.action_space.contains(action) else None
         if command is None:
             return to_charset(self.invalid_feedback), 0.0, False, False, self._info(action_valid=False)
         observation, reward, terminated = self._execute(command)

@@ -361,3 +361,84 @@ def test_make_vec_async_default_matches_sync(env_id: str) -> None:
     finally:
         for v in vectors:
             v.close()
+
+
+class UnicodeCafe(gagpo_gym.TextEnv):
+    """Order a coffee in French or greet in Chinese: every text it emits or accepts is non-ASCII."""
+
+    GREETING = "Café ☕ … 你好"
+
+    def _new_task(self, options: dict[str, Any]) -> str:
+        self.task, self.task_id, self.said = "Commandez un café ☕ — 你好", "cafe", ""
+        return self.GREETING
+
+    def _execute(self, command: str) -> tuple[str, float, bool]:
+        self.said = command
+        self.won = command == "commander un café ☕"
+        return f"Vous avez dit « {command} ».", float(self.won), self.won
+
+    def admissible_actions(self) -> list[str]:
+        return ["commander un café ☕", "dire 你好"]
+
+    def state_string(self) -> str:
+        return f"cafe|{self.said}"
+
+    def expert_action(self) -> str:
+        return "commander un café ☕"
+
+
+class LaxCafe(UnicodeCafe):
+    """Breaks the contract: tidies any action into a command before the env sees it, over-long ones included."""
+
+    def step(self, action: str):
+        return super().step(" ".join(str(action).replace("\x00", "").split()))
+
+
+class ControlCafe(UnicodeCafe):
+    """Breaks the contract: an admissible action the action space cannot hold (a control character)."""
+
+    def admissible_actions(self) -> list[str]:
+        return ["commander un café ☕", "sonner \x07"]
+
+
+@pytest.fixture
+def register():
+    """``register(name, cls)`` -> a made env registered through ``register_text_env``; unregistered afterwards."""
+    ids = []
+
+    def make(name: str, env_class: type) -> gym.Env:
+        ids.append(gagpo_gym.register_text_env(name, env_class, max_episode_steps=5))
+        return gym.make(ids[-1])
+
+    yield make
+    for env_id in ids:
+        gym.registry.pop(env_id, None)
+
+
+def test_unicode_text_survives_the_env_and_the_checker(register) -> None:
+    env = register("UnicodeCafe-v0", UnicodeCafe)
+    gagpo_gym.check_text_env(env, n_steps=6)
+    obs, info = env.reset(seed=0)
+    assert obs == "Café ☕ … 你好" and info["task"] == "Commandez un café ☕ — 你好"
+    assert info["admissible_actions"] == ["commander un café ☕", "dire 你好"]
+    obs, reward, terminated, _, info = env.step("Commander un CAFÉ ☕")
+    assert info["action_valid"] and obs == "Vous avez dit « commander un café ☕ »." and reward == 1.0 and terminated
+    assert env.observation_space.contains("Café ☕ … 你好") and not env.observation_space.contains("bell \x07")
+
+
+def test_actions_outside_the_action_space_are_invalid(register) -> None:
+    env = register("UnicodeCafe-v0", UnicodeCafe)
+    _, info = env.reset(seed=0)
+    for bad in ("dire 你好" + " " * 3000, "dire 你好\x00", "dire\x1f你好"):
+        _, _, _, _, after = env.step(bad)
+        assert after["action_valid"] is False and after["state_key"] == info["state_key"], repr(bad[:20])
+
+
+@pytest.mark.parametrize(
+    ("env_class", "match"),
+    [(LaxCafe, "action outside the action space accepted"), (ControlCafe, "admissible actions outside")],
+)
+def test_checker_catches_text_the_spaces_cannot_hold(register, env_class: type, match: str) -> None:
+    env = register("BrokenCafe-v0", env_class)
+    with pytest.raises(AssertionError, match=match):
+        gagpo_gym.check_text_env(env, n_steps=6)

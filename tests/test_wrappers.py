@@ -431,3 +431,42 @@ def test_prompt_builder_bad_arguments(tokenizer) -> None:
         PromptBuilder(tokenizer, action_mode="chat")
     with pytest.raises(ValueError, match="max_prompt_tokens"):
         PromptBuilder(tokenizer, max_prompt_tokens=8)
+
+
+# ----- Unicode end to end -------------------------------------------------------------------------------
+class Greeter(TextEnv):
+    """Greets in several scripts; the greeting to answer with is the task."""
+
+    def _new_task(self, options: dict[str, Any]) -> str:
+        self.task, self.task_id, self.last = "Répondez « 你好 » ☕", "greet", ""
+        return "Café ☕ … 你好"
+
+    def _execute(self, command: str) -> tuple[str, float, bool]:
+        self.last, self.won = command, command == "你好"
+        return f"Vous: {command} — ça va ?", float(self.won), self.won
+
+    def admissible_actions(self) -> list[str]:
+        return ["你好", "bonjour café"]
+
+    def state_string(self) -> str:
+        return f"greet|{self.last}"
+
+    def expert_action(self) -> str:
+        return "你好"
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_unicode_survives_wrappers_vector_env_and_prompt(tokenizer, mode: str) -> None:
+    venv = GroupedVectorEnv(lambda: wrap_text_env(Greeter(), history_length=1), 1, 2, mode=mode)
+    try:
+        obs, infos = venv.reset(seed=0)
+        assert obs == ("Café ☕ … 你好",) * 2 and list(infos["task"]) == ["Répondez « 你好 » ☕"] * 2
+        obs, rewards, *_, infos = venv.step(["<action>bonjour café</action>", "<action>你好</action>"])
+        assert obs == ("Vous: bonjour café — ça va ?", "Vous: 你好 — ça va ?") and list(rewards) == [0.0, 1.0]
+        builder = PromptBuilder(tokenizer, action_mode="generate")
+        ids = builder.build(infos["task"][0], infos["history"][0], obs[0], list(infos["admissible_actions"][0]))
+        text = tokenizer.decode(ids)
+        assert "Task: Répondez « 你好 » ☕" in text and "Observation: Café ☕ … 你好\nAction: bonjour café" in text
+        assert "Current observation: Vous: bonjour café — ça va ?" in text and "你好 | bonjour café" in text
+    finally:
+        venv.close()
