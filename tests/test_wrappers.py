@@ -7,6 +7,7 @@ who gets stepped (a finished group member must not be) and what it is asked to d
 from __future__ import annotations
 
 import functools
+import re
 from typing import Any
 
 import gymnasium as gym
@@ -400,7 +401,7 @@ def test_prompt_without_chat_template(tokenizer) -> None:
     plain = train_tokenizer(["You are at 0 of 3."], vocab_size=300)
     plain.chat_template = None
     text = plain.decode(PromptBuilder(plain, action_mode="choose").build("t", [], "You are at 0 of 3.", ["a"]))
-    assert text.startswith(SYSTEM_PROMPT) and text.endswith("\n\nAnswer: ") and "<|im_start|>" not in text
+    assert text.startswith(SYSTEM_PROMPT) and text.endswith("\n\nAnswer:") and "<|im_start|>" not in text
 
 
 def test_prompt_truncates_history_oldest_first_never_the_observation(tokenizer) -> None:
@@ -418,12 +419,29 @@ def test_prompt_truncates_history_oldest_first_never_the_observation(tokenizer) 
     assert "You are at -2 of 4." in text and "You are at -1 of 4." in text
     assert "You are at -3 of 4." not in text and "You are at -5 of 4." not in text
     assert f"Current observation: {current}" in text
-    # A budget that not even the bare prompt fits: the observation is kept whole and the overflow counted.
+    # A budget that not even the bare prompt fits: the observation is cut to the marker and the overflow counted.
     tiny = PromptBuilder(tokenizer, action_mode="choose", max_prompt_tokens=16)
     long_obs = "You are at 0 of 4. " * 20
     text = tokenizer.decode(tiny.build("Walk.", history, long_obs, ["left"]))
-    assert long_obs in text and "Recent steps" not in text
-    assert tiny.overflow_count == 1 and tiny.truncated_count == 0
+    assert f"[... {len(long_obs)} characters cut ...]" in text and "Recent steps" not in text
+    assert tiny.overflow_count == 1 and tiny.truncated_count == 0 and tiny.observation_cuts == 1
+
+
+def test_prompt_cuts_a_huge_observation_keeping_head_and_tail(tokenizer) -> None:
+    head, tail = "You are at 0 of 4. The HEAD of the page.", "The TAIL of the page. You are at 3 of 4."
+    filler = " ".join(f"row {i} of 4" for i in range(10_000))
+    observation = f"{head} {filler} {tail}"
+    assert len(observation) > 100_000
+    builder = PromptBuilder(tokenizer, action_mode="choose", max_prompt_tokens=512)
+    ids = builder.build("Walk.", [["You are at 1 of 4.", "right"]], observation, ["left", "right"])
+    text = tokenizer.decode(ids)
+    assert len(ids) <= 512
+    assert f"Current observation: {head}" in text and tail in text and "Admissible actions: left | right" in text
+    cut = re.search(r"\[\.\.\. (\d+) characters cut \.\.\.\]", text)
+    assert cut and int(cut.group(1)) > len(observation) // 2 and "Recent steps" not in text
+    assert builder.observation_cuts == 1 and builder.truncated_count == 1 and builder.overflow_count == 0
+    small = builder.build("Walk.", [], "You are at 1 of 4.", ["left"])  # a short observation is never cut
+    assert "characters cut" not in tokenizer.decode(small) and builder.observation_cuts == 1
 
 
 def test_prompt_builder_bad_arguments(tokenizer) -> None:

@@ -1,8 +1,11 @@
 """Prompt building: task + recent history + current observation + admissible actions, as token ids.
 
 Rendered through the tokenizer's chat template when it has one (plain text otherwise). History is dropped
-oldest-first to fit ``max_prompt_tokens``; the current observation is never cut. Each prompt that needed
-truncation, or still overflows without any history, is counted so the agent can log it.
+oldest-first to fit ``max_prompt_tokens``; when that is not enough the current observation itself is cut in the
+middle, its head and tail kept around a visible ``[... N characters cut ...]`` marker, so that one huge observation
+(a web page, a log) cannot blow the budget. Each prompt that needed truncation, or overflows even with the
+observation cut to the marker (the task, the admissible actions and the instructions alone are too long), is
+counted so the agent can log it.
 """
 
 from __future__ import annotations
@@ -15,6 +18,15 @@ GENERATE_INSTRUCTION = (
     "Think briefly inside <think> </think>, then give exactly one admissible action inside <action> </action>."
 )
 CHOOSE_INSTRUCTION = "Reply with one admissible action."
+CUT_MARKER = "[... {n} characters cut ...]"
+
+
+def cut_middle(text: str, keep: int) -> str:
+    """``text`` with all but ``keep`` characters (its head and tail) replaced by the cut marker."""
+    if keep >= len(text):
+        return text
+    head, tail = text[: (keep + 1) // 2], text[len(text) - keep // 2 :]
+    return f"{head}\n{CUT_MARKER.format(n=len(text) - keep)}\n{tail}"
 
 
 class PromptBuilder:
@@ -23,7 +35,7 @@ class PromptBuilder:
     Args:
         tokenizer: a Hugging Face tokenizer (``apply_chat_template`` is used when ``chat_template`` is set).
         action_mode: ``"generate"`` adds the think/answer-format instruction; ``"choose"`` asks for an action.
-        max_prompt_tokens: history is truncated (oldest first) to fit this.
+        max_prompt_tokens: history is truncated (oldest first), then the observation cut, to fit this.
         show_admissible: list the admissible actions in the prompt.
     """
 
@@ -44,8 +56,9 @@ class PromptBuilder:
         self.max_prompt_tokens = max_prompt_tokens
         self.show_admissible = show_admissible
         self.system_prompt = system_prompt
-        self.truncated_count = 0  # prompts whose history was shortened to fit
-        self.overflow_count = 0  # prompts longer than the budget even without history
+        self.truncated_count = 0  # prompts shortened to fit: history dropped and/or the observation cut
+        self.observation_cuts = 0  # prompts whose current observation was cut (fitting or not)
+        self.overflow_count = 0  # prompts longer than the budget even without history and with the observation cut
 
     def user_message(
         self, task: str, history: Sequence[Sequence[str]], observation: str, admissible: Sequence[str]
@@ -65,7 +78,7 @@ class PromptBuilder:
         if getattr(self.tokenizer, "chat_template", None):
             messages = [{"role": "system", "content": self.system_prompt}, {"role": "user", "content": user}]
             return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        return f"{self.system_prompt}\n\n{user}\n\nAnswer: "
+        return f"{self.system_prompt}\n\n{user}\n\nAnswer:"  # no trailing space: BPE answers start with " word"
 
     def encode(self, text: str) -> list[int]:
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
@@ -73,15 +86,34 @@ class PromptBuilder:
     def build(
         self, task: str, history: Sequence[Sequence[str]], observation: str, admissible: Sequence[str]
     ) -> list[int]:
-        """Prompt token ids, with as much recent history as fits in ``max_prompt_tokens``."""
+        """Prompt token ids: as much recent history as fits in ``max_prompt_tokens``, else a cut observation."""
         history = list(history)
+
+        def prompt(steps: list, obs: str) -> list[int]:
+            return self.encode(self.render(self.user_message(task, steps, obs, admissible)))
+
         for keep in range(len(history), -1, -1):
-            ids = self.encode(
-                self.render(self.user_message(task, history[len(history) - keep :], observation, admissible))
-            )
+            ids = prompt(history[len(history) - keep :], observation)
             if len(ids) <= self.max_prompt_tokens:
                 if keep < len(history):
                     self.truncated_count += 1
                 return ids
-        self.overflow_count += 1
-        return ids
+        best = prompt([], cut_middle(observation, 0))
+        if len(best) > self.max_prompt_tokens:
+            self.overflow_count += 1
+            if len(ids) <= len(best):  # the observation is no longer than its cut marker: keep it whole
+                return ids
+            self.observation_cuts += 1
+            return best
+        self.observation_cuts += 1
+        # The longest head + tail that fits: binary search on the characters kept (tokens grow with them).
+        low, high = 0, len(observation) - 1
+        while low < high:
+            mid = (low + high + 1) // 2
+            ids = prompt([], cut_middle(observation, mid))
+            if len(ids) <= self.max_prompt_tokens:
+                low, best = mid, ids
+            else:
+                high = mid - 1
+        self.truncated_count += 1
+        return best
