@@ -1,8 +1,11 @@
 """Evaluate saved agents, the expert and a random policy on a fixed panel of tasks; print the paper's table.
 
     python scripts/eval.py --env gagpo_gym/Maze-v0                       # expert and random reference rows
-    python scripts/eval.py --env gagpo_gym/MiniHouse-v0 --env-kwargs '{"size": "small"}' \\
-        --agent runs/house_gagpo/final --agent runs/house_grpo/final --expert --random --out results/eval_house
+    python scripts/eval.py --agent runs/house_gagpo/final --agent runs/house_grpo/final --expert --random \\
+        --out results/eval_house                                          # the env the agents were trained on
+
+A saved agent brings its env id and env kwargs (its agent.json); ``--env`` / ``--env-kwargs`` override them, with
+a warning when they differ.
 
 The panel is tasks ``0..N-1`` (``reset(seed=i)``), each played once: the same tasks on every machine. Agents act
 greedily. Columns follow the paper: per-task-type success for ALFWorld/MiniHouse (Pick, Look, Clean, Heat, Cool,
@@ -36,8 +39,12 @@ def build_parser() -> argparse.ArgumentParser:
         description="Evaluate agents and reference policies on a fixed task panel (tasks 0..N-1, each once).",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    parser.add_argument("--env", required=True, help="registered env id, e.g. gagpo_gym/Maze-v0")
-    parser.add_argument("--env-kwargs", default=None, help="env constructor arguments as JSON")
+    parser.add_argument(
+        "--env", default=None, help="registered env id, e.g. gagpo_gym/Maze-v0 (default: the saved agents' env)"
+    )
+    parser.add_argument(
+        "--env-kwargs", default=None, help="env constructor arguments as JSON (default: the saved agents' ones)"
+    )
     parser.add_argument("--agent", action="append", default=[], metavar="PATH", help="saved agent (repeatable)")
     parser.add_argument("--name", action="append", default=[], help="row label for each --agent, in order")
     parser.add_argument("--expert", action="store_true", help="add the env's expert as a reference row")
@@ -73,19 +80,50 @@ def evaluate_reference(kind: str, env_id: str, env_kwargs: dict[str, Any], args:
     )
 
 
+def saved_env(path: str) -> tuple[str | None, dict[str, Any]]:
+    """The env id and env kwargs a saved agent was trained on, read from its agent.json."""
+    from agents.gagpo import AGENT_FILE
+
+    meta = json.loads((Path(path) / AGENT_FILE).read_text())
+    return meta.get("env_id"), dict(meta.get("env_kwargs") or {})
+
+
+def choose_env(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
+    """The panel's env: ``--env`` / ``--env-kwargs`` where given, else the saved agents' own; warns on a mismatch."""
+    saved = {path: saved_env(path) for path in args.agent}
+    trained_on = sorted({(env_id, json.dumps(kwargs, sort_keys=True)) for env_id, kwargs in saved.values() if env_id})
+    if args.env is None and not trained_on:
+        fail("give --env (or --agent with a saved agent that names its env)")
+    if args.env is None and len(trained_on) > 1:
+        fail(f"the agents were trained on different envs ({'; '.join(map(' '.join, trained_on))}); give --env")
+    env_id = resolve_env_id(args.env) if args.env is not None else trained_on[0][0]
+    same_env = [kwargs for saved_id, kwargs in saved.values() if saved_id == env_id]
+    default_kwargs = same_env[0] if same_env else {}
+    env_kwargs = default_kwargs if args.env_kwargs is None else parse_json_kwargs(args.env_kwargs)
+    for path, (saved_id, kwargs) in saved.items():
+        if saved_id is not None and saved_id != env_id:
+            warn(f"--env {env_id} differs from the env {path} was trained on ({saved_id})")
+        elif saved_id == env_id and kwargs != env_kwargs:
+            warn(f"--env-kwargs {json.dumps(env_kwargs)} differ from {path}'s training env kwargs {json.dumps(kwargs)}")
+    return env_id, env_kwargs
+
+
+def warn(message: str) -> None:
+    print(f"warning: {message}", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.n_tasks < 1 or args.batch_size < 1:
         fail(f"--n-tasks and --batch-size must be >= 1, got {args.n_tasks} and {args.batch_size}")
     if args.name and len(args.name) != len(args.agent):
         fail(f"give one --name per --agent ({len(args.agent)} agents, {len(args.name)} names)")
-    env_id = resolve_env_id(args.env)
-    env_kwargs = parse_json_kwargs(args.env_kwargs)
     from agents.gagpo import AGENT_FILE
 
     for path in args.agent:
         if not (Path(path) / AGENT_FILE).is_file():
             fail(f"no saved agent at {path} (expected {AGENT_FILE} inside; train.py writes <save-dir>/final)")
+    env_id, env_kwargs = choose_env(args)
     check_env_kwargs(env_id, env_kwargs)
     if not (args.agent or args.expert or args.random):
         args.expert = args.random = True

@@ -180,11 +180,36 @@ def test_eval_puts_a_saved_agent_beside_the_references(trained):
     assert rows[1]["Success"] == "100.0" and 0.0 <= float(rows[0]["Success"]) <= 100.0
 
 
+def test_eval_takes_the_env_and_its_kwargs_from_the_saved_agent(trained):
+    code, stdout, stderr = call("eval", "--agent", str(trained / "run" / "final"), "--name", "tiny", "--n-tasks", "3")
+    assert code == 0, stderr
+    assert stdout.startswith(f"gagpo_gym/Maze-v0 {json.dumps(json.loads(TINY_MAZE))} | tasks 0..2")
+    assert "warning" not in stderr and [r["agent"] for r in parse_table(stdout)] == ["tiny"]
+
+
+def test_eval_env_flags_override_the_saved_env_with_a_warning(trained):
+    other = json.dumps({**json.loads(TINY_MAZE), "width": 4})
+    agent = str(trained / "run" / "final")
+    code, stdout, stderr = call("eval", "--agent", agent, "--env-kwargs", other, "--n-tasks", "2", "--expert")
+    assert code == 0, stderr
+    assert stdout.startswith(f"gagpo_gym/Maze-v0 {other} | tasks 0..1")
+    assert f"warning: --env-kwargs {other} differ from {agent}'s training env kwargs" in stderr
+    code, stdout, stderr = call("eval", "--agent", agent, "--env", "FrozenLake-v0", "--n-tasks", "2", "--expert")
+    assert code == 0, stderr
+    assert stdout.startswith("gagpo_gym/FrozenLake-v0  | tasks 0..1")
+    assert f"warning: --env gagpo_gym/FrozenLake-v0 differs from the env {agent} was trained on" in stderr
+    _, _, stderr = call(
+        "eval", "--agent", agent, "--env", "Maze-v0", "--env-kwargs", TINY_MAZE, "--n-tasks", "1", "--expert"
+    )
+    assert "warning" not in stderr
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
         (["--env", "gagpo_gym/Maze-v0", "--agent", "/nonexistent/ckpt"], "no saved agent at /nonexistent/ckpt"),
         (["--env", "NoSuchEnv-v0"], "unknown env 'NoSuchEnv-v0'"),
+        (["--expert"], "give --env"),
     ],
 )
 def test_eval_fails_clearly(args, message):
