@@ -6,8 +6,11 @@ who gets stepped (a finished group member must not be) and what it is asked to d
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import os
 import re
+import signal
 from typing import Any
 
 import gymnasium as gym
@@ -232,6 +235,66 @@ def test_bad_reset_and_step_arguments() -> None:
         venv.reset(seed=0)
         with pytest.raises(ValueError, match="expected 4 actions"):
             venv.step(["right"] * 3)
+    finally:
+        venv.close()
+
+
+class Fragile(CountingWalk):
+    """A CountingWalk whose ``fail_at``-th step call raises (once: later calls work)."""
+
+    def __init__(self, fail_at: int | None = None) -> None:
+        super().__init__()
+        self.fail_at = fail_at
+
+    def step(self, action):
+        if self.step_calls + 1 == self.fail_at:
+            self.step_calls += 1
+            raise RuntimeError("boom: the engine crashed")
+        return super().step(action)
+
+
+def fragile_venv(failing_sub_env: int | None) -> GroupedVectorEnv:
+    """2 groups x 2 members over 2 workers (worker w holds sub-envs w and w + 2); one sub-env fails at step 2."""
+    fns = [functools.partial(Fragile, 2 if i == failing_sub_env else None) for i in range(4)]
+    return GroupedVectorEnv(fns, num_groups=2, group_size=2, mode="async", n_workers=2)
+
+
+def reset_trace(venv: GroupedVectorEnv) -> tuple:
+    obs, infos = venv.reset(seed=5)
+    steps = venv.step(["right"] * 4)
+    return obs, tuple(venv.task_seeds), steps[0], tuple(steps[1]), tuple(infos["state_key"])
+
+
+def test_async_worker_error_names_the_worker_and_a_retry_works() -> None:
+    with contextlib.closing(fragile_venv(None)) as healthy:
+        expected = reset_trace(healthy)
+    venv = fragile_venv(0)
+    try:
+        venv.reset(seed=5)
+        venv.step(["right"] * 4)
+        with pytest.raises(RuntimeError, match="boom") as failure:
+            venv.step(["left"] * 4)
+        message = str(failure.value)
+        assert f"sub-env worker 0 (pid {venv._workers.procs[0].pid}), sub-env 0 raised during step" in message
+        with pytest.raises(RuntimeError, match="call reset"):
+            venv.step(["left"] * 4)
+        assert reset_trace(venv) == expected  # no stale answer from worker 1 is left in its pipe
+    finally:
+        venv.close()
+
+
+def test_async_killed_worker_is_reported_and_restarted_by_reset() -> None:
+    with contextlib.closing(fragile_venv(None)) as healthy:
+        expected = reset_trace(healthy)
+    venv = fragile_venv(None)
+    try:
+        venv.reset(seed=5)
+        pid = venv._workers.procs[1].pid
+        os.kill(pid, signal.SIGKILL)
+        venv._workers.procs[1].join(timeout=10)
+        with pytest.raises(RuntimeError, match=rf"sub-env worker 1 \(pid {pid}\) died with exit code -9"):
+            venv.step(["right"] * 4)
+        assert reset_trace(venv) == expected and venv._workers.procs[1].pid != pid
     finally:
         venv.close()
 

@@ -4,7 +4,8 @@ A rollout group is ``group_size`` episodes of the same task: its members reset t
 A finished member is not stepped again, and needs no action, until the next :meth:`reset`; ``active`` says
 which members still need one. Sub-envs run in this process (``mode="sync"``) or in worker processes
 (``mode="async"``), each worker holding a slice of the sub-envs. Observations cross process boundaries as
-pickled Python strings: Gymnasium's shared memory silently corrupts Text observations and is not used.
+pickled Python strings (no shared memory). When a sub-env raises or a worker dies, the error names the sub-env, the
+worker, its pid and exit code, and the env refuses to step until the next reset, which restarts dead workers.
 """
 
 from __future__ import annotations
@@ -54,16 +55,18 @@ def _worker(conn, env_fns: list[EnvFactory]) -> None:
             command, payload = conn.recv()
             if command == "close":
                 break
+            out, local = [], None
             try:
-                if command == "reset":
-                    out = [envs[i].reset(seed=seed) for i, seed in payload]
-                elif command == "step":
-                    out = [envs[i].step(action) for i, action in payload]
-                else:  # call: payload holds (index, (method name, args))
-                    out = [_call(envs[i], name, args) for i, (name, args) in payload]
+                for local, job in payload:
+                    if command == "reset":
+                        out.append(envs[local].reset(seed=job))
+                    elif command == "step":
+                        out.append(envs[local].step(job))
+                    else:  # call: job is (method name, args)
+                        out.append(_call(envs[local], *job))
                 conn.send(("ok", out))
-            except Exception:  # report, keep serving: the parent raises with the worker's traceback
-                conn.send(("error", traceback.format_exc()))
+            except Exception:  # report, keep serving: the parent raises with the sub-env index and the traceback
+                conn.send(("error", (local, traceback.format_exc())))
     finally:
         for env in envs:
             env.close()
@@ -71,37 +74,74 @@ def _worker(conn, env_fns: list[EnvFactory]) -> None:
 
 
 class _WorkerProcesses:
-    """Sub-envs spread over worker processes; sub-env i lives in worker ``i % n_workers``."""
+    """Sub-envs spread over worker processes; sub-env i lives in worker ``i % n_workers``.
+
+    Every call waits for every worker it sent to, also when one fails, so that no stale answer is left in a pipe
+    for the next call. A worker that died is started again (with fresh sub-envs) by the next :meth:`reset`.
+    """
 
     def __init__(self, env_fns: Sequence[EnvFactory], n_workers: int, context: str | None) -> None:
-        ctx = mp.get_context(context)
+        self.ctx = mp.get_context(context)
+        self.env_fns = list(env_fns)
         self.n_workers = max(1, min(n_workers, len(env_fns)))
-        self.conns, self.procs = [], []
+        self.conns: list[Any] = [None] * self.n_workers
+        self.procs: list[Any] = [None] * self.n_workers
         for w in range(self.n_workers):
-            parent, child = ctx.Pipe()
-            proc = ctx.Process(target=_worker, args=(child, list(env_fns[w :: self.n_workers])), daemon=True)
-            proc.start()
-            child.close()
-            self.conns.append(parent)
-            self.procs.append(proc)
+            self._start(w)
+
+    def _start(self, w: int) -> None:
+        parent, child = self.ctx.Pipe()
+        proc = self.ctx.Process(target=_worker, args=(child, self.env_fns[w :: self.n_workers]), daemon=True)
+        proc.start()
+        child.close()
+        self.conns[w], self.procs[w] = parent, proc
+
+    def _describe(self, w: int) -> str:
+        return f"sub-env worker {w} (pid {self.procs[w].pid})"
+
+    def _died(self, w: int) -> str:
+        self.procs[w].join(timeout=5)
+        return (
+            f"{self._describe(w)} died with exit code {self.procs[w].exitcode}; its sub-envs are lost: "
+            "reset() starts it again"
+        )
 
     def _scatter(self, command: str, jobs: list[tuple[int, Any]]) -> list[Any]:
         per_worker: dict[int, list[int]] = {}
         for pos, (i, _) in enumerate(jobs):
             per_worker.setdefault(i % self.n_workers, []).append(pos)
+        errors, sent = [], []
         for w, positions in per_worker.items():
             payload = [(jobs[p][0] // self.n_workers, jobs[p][1]) for p in positions]
-            self.conns[w].send((command, payload))
+            try:
+                self.conns[w].send((command, payload))
+                sent.append(w)
+            except OSError:  # BrokenPipeError and the like: the worker is gone
+                errors.append(self._died(w))
         out: list[Any] = [None] * len(jobs)
-        for w, positions in per_worker.items():
-            status, result = self.conns[w].recv()
-            if status != "ok":
-                raise RuntimeError(f"sub-env worker {w} failed:\n{result}")
-            for p, r in zip(positions, result):
-                out[p] = r
+        for w in sent:
+            try:
+                status, result = self.conns[w].recv()
+            except (EOFError, OSError):
+                errors.append(self._died(w))
+                continue
+            if status == "ok":
+                for p, r in zip(per_worker[w], result):
+                    out[p] = r
+            else:
+                local, trace = result
+                sub_env = "" if local is None else f", sub-env {local * self.n_workers + w}"
+                errors.append(f"{self._describe(w)}{sub_env} raised during {command}:\n{trace}")
+        if errors:
+            raise RuntimeError("\n".join(errors))
         return out
 
     def reset(self, jobs):
+        for w, proc in enumerate(self.procs):
+            if not proc.is_alive():
+                proc.join()
+                self.conns[w].close()
+                self._start(w)
         return self._scatter("reset", jobs)
 
     def step(self, jobs):
@@ -112,7 +152,7 @@ class _WorkerProcesses:
 
     def close(self) -> None:
         for conn in self.conns:
-            with contextlib.suppress(BrokenPipeError, OSError):
+            with contextlib.suppress(OSError):
                 conn.send(("close", None))
         for proc in self.procs:
             proc.join(timeout=5)
@@ -189,6 +229,7 @@ class GroupedVectorEnv(VectorEnv):
         self._observations: list[str] = [""] * self.num_envs
         self._sampler = np.random.default_rng()
         self._next_episode = 0
+        self._failed = False  # a sub-env raised (or its worker died) in the last reset or step
 
     # ----------------------------------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
@@ -207,7 +248,10 @@ class GroupedVectorEnv(VectorEnv):
         self.active[:] = True
         jobs = [(i, int(seeds[self.group_index[i]])) for i in range(self.num_envs)]
         infos: dict[str, Any] = {}
-        for i, (obs, info) in enumerate(self._workers.reset(jobs)):
+        self._failed = True
+        results = self._workers.reset(jobs)
+        self._failed = False
+        for i, (obs, info) in enumerate(results):
             self._observations[i] = obs
             infos = self._add_info(infos, info, i)
         return tuple(self._observations), infos
@@ -220,12 +264,16 @@ class GroupedVectorEnv(VectorEnv):
         """
         if len(actions) != self.num_envs:
             raise ValueError(f"expected {self.num_envs} actions (one per sub-env), got {len(actions)}")
+        if self._failed:
+            raise RuntimeError("a sub-env failed in the last reset or step: call reset() before stepping again")
         idx = np.flatnonzero(self.active)
         rewards = np.zeros(self.num_envs)
         terminated = np.zeros(self.num_envs, dtype=bool)
         truncated = np.zeros(self.num_envs, dtype=bool)
         infos: dict[str, Any] = {}
+        self._failed = True
         results = self._workers.step([(int(i), actions[i]) for i in idx])
+        self._failed = False
         for i, (obs, reward, term, trunc, info) in zip(idx, results):
             self._observations[i] = obs
             rewards[i], terminated[i], truncated[i] = reward, term, trunc
