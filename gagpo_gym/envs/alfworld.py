@@ -5,8 +5,9 @@ The engine is the one ALFWorld trains and evaluates on (``alfworld==0.4.2``): ``
 instead of ``textworld.gym``'s batched subprocesses, so Gymnasium's vector envs do the batching.
 
 * Games: every solvable ``game.tw-pddl`` under ``<data root>/json_2.1.1/<split>``, filtered the way ALFWorld's
-  ``AlfredTWEnv`` filters them, in sorted path order so that ``reset(seed=s)`` plays ``games[s % len(games)]``
-  on every machine.
+  ``AlfredTWEnv`` filters them. ``reset(seed=s)`` plays ``games[s % len(games)]`` on every machine, the games
+  ordered so that the task types take turns (each type's games in sorted path order): sorted paths group the
+  games by type, so a small panel of seeds ``0..n`` would see one or two types; interleaved, 12 seeds cover all six.
 * ``state_key``: blake2b of the engine's true state, its sorted PDDL facts. ``info["obs_key"]`` hashes the
   returned observation text instead (GiGPO's key; every invalid command shares the key of "Nothing happens."),
   so that the two can be compared (``scripts/alfworld_table.py``).
@@ -19,11 +20,12 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 import json
 import os
 import random
 from collections import Counter, defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -90,6 +92,19 @@ def list_games(split_dir: Path) -> tuple[str, ...]:
 
 def _type_prefix(game: str) -> str:
     return game.split("/", 1)[0].split("-", 1)[0]
+
+
+def interleave_task_types(games: Sequence[str]) -> tuple[str, ...]:
+    """The games with their task types taking turns (``TASK_TYPES`` order, each type's games sorted by path).
+
+    A type with fewer games drops out of the rotation when it runs out. Filtering the result by type gives the
+    interleaving of the filtered games, so ``task_types=`` keeps the same relative order.
+    """
+    by_type: dict[str, list[str]] = {prefix: [] for prefix in TASK_TYPES}
+    for game in sorted(games):
+        by_type[_type_prefix(game)].append(game)
+    rounds = itertools.zip_longest(*by_type.values())
+    return tuple(game for row in rounds for game in row if game is not None)
 
 
 @functools.cache
@@ -224,7 +239,7 @@ class ALFWorldEnv(TextEnv):
         if not split_dir.is_dir():
             hint = " (the train split comes with `alfworld-download`)" if split == "train" else ""
             raise FileNotFoundError(f"ALFWorld split folder {split_dir} is missing{hint}")
-        games = list_games(split_dir)
+        games = interleave_task_types(list_games(split_dir))
         if task_types is not None:
             games = tuple(g for g in games if TASK_TYPES[_type_prefix(g)] in task_types)
         if not games:
