@@ -22,7 +22,7 @@ class Row:
     group: int
     episode: int
     prompt_ids: list[int]
-    old_logp: np.ndarray  # per-token behaviour log-probs (choose mode: one entry)
+    old_logp: np.ndarray  # per-token behaviour log-probs (choose mode: one entry), recomputed before the update
     reward: float
     state_key: int | str
     next_state_key: int | str
@@ -35,6 +35,8 @@ class Row:
     value: float = 0.0  # value-head estimate of V(s_t) (ppo estimator)
     next_value: float = 0.0  # V(s_T) for a truncated final row (ppo estimator)
     advantage: float = float("nan")
+    rollout_logp: np.ndarray | None = None  # the sampler's own log-probs (kept to log their gap to old_logp)
+    ref_logp: np.ndarray | None = None  # reference policy's log-probs (kl_coef > 0)
     value_target: float = 0.0
 
 

@@ -7,6 +7,12 @@ from dataclasses import dataclass
 from typing import Any
 
 ESTIMATORS = ("gagpo", "gigpo", "grpo", "rloo", "ppo")
+DTYPES = ("auto", "float32", "bfloat16")
+# Clip ranges of the length-normalised action ratio. A choice among a few candidates moves its probability a lot
+# per update, so PPO's 0.2 binds there; a generated action's ratio is a geometric mean over its tokens and
+# barely moves, so generate mode uses GSPO-like ranges for its sequence ratio (README: "Clip range").
+CLIP_CHOOSE = (0.2, 0.2)
+CLIP_GENERATE = (3e-4, 4e-4)
 
 
 @dataclass
@@ -43,8 +49,8 @@ class GAGPOConfig:
     learning_rate: float | None = None  # None: 1e-3 for the tiny model, 1e-6 otherwise
     n_epochs: int = 2
     minibatch_size: int = 64  # actions per optimiser step
-    clip_range_low: float = 0.2
-    clip_range_high: float = 0.2
+    clip_range_low: float | None = None  # None: 0.2 in choose mode; generate mode: see ``resolved``
+    clip_range_high: float | None = None
     ratio: str = "action"  # action (length-normalised, one per action) | token (per-token, the ablation)
     kl_coef: float = 0.0  # k3 KL to the frozen initial policy (LoRA: the adapter-disabled model)
     ent_coef: float = 0.0
@@ -54,7 +60,9 @@ class GAGPOConfig:
     token_budget: int = 16384  # tokens per micro-batch in the update (gradient accumulation above it)
     # --- model
     device: str = "auto"
-    dtype: str = "auto"
+    dtype: str = (
+        "auto"  # compute dtype: auto (bf16 on CUDA, fp32 elsewhere) | float32 | bfloat16; weights train in fp32
+    )
     lora_r: int = 0  # 0: full fine-tuning
     lora_alpha: int = 16
     gradient_checkpointing: bool = False
@@ -107,20 +115,26 @@ class GAGPOConfig:
         check(self.temperature > 0, "temperature must be > 0")
         check(self.learning_rate is None or self.learning_rate > 0, "learning_rate must be > 0")
         check(self.n_epochs >= 1 and self.minibatch_size >= 1, "n_epochs and minibatch_size must be >= 1")
-        check(self.clip_range_low > 0 and self.clip_range_high > 0, "clip ranges must be > 0")
-        check(self.clip_range_low < 1, "clip_range_low must be < 1")
+        for name in ("clip_range_low", "clip_range_high"):
+            value = getattr(self, name)
+            check(value is None or 0 < value < 1, f"{name} must be in (0, 1), got {value}")
         check(self.ratio in ("action", "token"), f"ratio must be 'action' or 'token', got {self.ratio!r}")
         check(min(self.kl_coef, self.ent_coef, self.vf_coef) >= 0, "kl_coef, ent_coef and vf_coef must be >= 0")
         check(self.max_grad_norm > 0, "max_grad_norm must be > 0")
         check(self.token_budget >= 64, "token_budget must be >= 64")
         check(self.lora_r >= 0, "lora_r must be >= 0")
+        check(self.dtype in DTYPES, f"dtype must be one of {DTYPES}, got {self.dtype!r}")
         check(self.torch_threads >= 0, "torch_threads must be >= 0")
 
     def resolved(self, tiny: bool) -> GAGPOConfig:
         """A copy with every ``"auto"`` / ``None`` replaced by its value for this model."""
+        action_mode = ("choose" if tiny else "generate") if self.action_mode == "auto" else self.action_mode
+        clip = CLIP_GENERATE if action_mode == "generate" and self.ratio == "action" else CLIP_CHOOSE
         return dataclasses.replace(
             self,
-            action_mode=("choose" if tiny else "generate") if self.action_mode == "auto" else self.action_mode,
+            action_mode=action_mode,
+            clip_range_low=clip[0] if self.clip_range_low is None else self.clip_range_low,
+            clip_range_high=clip[1] if self.clip_range_high is None else self.clip_range_high,
             choose_score=("mean" if tiny else "sum") if self.choose_score == "auto" else self.choose_score,
             learning_rate=(1e-3 if tiny else 1e-6) if self.learning_rate is None else self.learning_rate,
         )

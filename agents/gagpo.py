@@ -1,14 +1,16 @@
 """GAGPOAgent: ``agent = GAGPOAgent(env); agent.learn(steps)``.
 
 The loop is Stable-Baselines3's on-policy loop: collect a rollout (every group plays its task to the end),
-compute advantages in the buffer, run the clipped-PPO update, log, call callbacks. SB3's logger and callbacks
-(``CheckpointCallback``, ``ProgressBarCallback``, any ``BaseCallback``) are reused unchanged.
+compute advantages in the buffer, recompute the behaviour log-probs with the update's own forward, run the
+clipped-PPO update, log, call callbacks. SB3's logger and callbacks are reused unchanged. Model construction
+(tiny or pretrained, precision, LoRA, the KL reference) lives in :mod:`agents.models`; evaluation panels in
+:mod:`agents.evaluation`.
 """
 
 from __future__ import annotations
 
-import copy
 import functools
+import hashlib
 import json
 import os
 import sys
@@ -16,28 +18,23 @@ import time
 from pathlib import Path
 from typing import Any
 
-import gymnasium as gym
 import numpy as np
 import torch
 from stable_baselines3.common.callbacks import BaseCallback, CallbackList, ProgressBarCallback
 from stable_baselines3.common.logger import HumanOutputFormat, Logger, configure
 
-import gagpo_gym
 from agents import advantages as adv
 from agents.buffer import GroupRolloutBuffer, Row
 from agents.config import GAGPOConfig
+from agents.evaluation import info_at, make_env, run_panel
 from agents.loss import clipped_policy_loss, k3_kl
-from agents.policy import LLMPolicy, resolve_device, resolve_dtype
-from agents.tiny import TinyModelSpec, build_tiny_model, collect_env_text, train_tokenizer
-from wrappers import GroupedVectorEnv, PromptBuilder, wrap_text_env
+from agents.models import Models, build_models
+from agents.policy import budget_batches
+from agents.tiny import collect_env_text
+from wrappers import GroupedVectorEnv, PromptBuilder
 
 AGENT_FILE = "agent.json"
-
-
-def _make_env(env_id: str, env_kwargs: dict[str, Any], wrap: dict[str, Any] | None) -> gym.Env:
-    """Picklable env factory (async workers rebuild envs from it)."""
-    env = gagpo_gym.make(env_id, **env_kwargs)
-    return wrap_text_env(env, **wrap) if wrap is not None else env
+MANIFEST_FILE = "manifest.json"
 
 
 def _env_id_of(env: Any) -> tuple[str, dict[str, Any]]:
@@ -47,6 +44,14 @@ def _env_id_of(env: Any) -> tuple[str, dict[str, Any]]:
     if spec is None:
         raise ValueError("pass an env id, a registered env made with gymnasium.make, or a GroupedVectorEnv")
     return spec.id, dict(spec.kwargs)
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 class _StepProgressBar(ProgressBarCallback):
@@ -82,7 +87,7 @@ class GAGPOAgent:
         verbose: int = 1,
         log_dir: str | None = None,
         seed: int | None = None,
-        _policy: LLMPolicy | None = None,
+        _checkpoint: Path | None = None,
         **hyperparameters: Any,
     ) -> None:
         if seed is not None:
@@ -109,13 +114,19 @@ class GAGPOAgent:
             self.env_kwargs = {**spec_kwargs, **self.env_kwargs}
             self.env = self._make_vec_env(c.num_groups, c.group_size, c.vec_mode)
 
-        self.policy = _policy or self._build_policy()
+        corpus = None
+        if self.env_id is not None:
+            corpus = functools.partial(
+                collect_env_text, functools.partial(make_env, self.env_id, self.env_kwargs, None), seed=c.seed
+            )
+        models: Models = build_models(c, model, corpus=corpus, checkpoint=_checkpoint)
+        self.policy, self.reference = models.policy, models.reference
+        self.precision = self.policy.precision
         self.prompts = PromptBuilder(
             self.policy.tokenizer, c.action_mode, c.max_prompt_tokens, show_admissible=c.show_admissible
         )
-        self.reference = self._build_reference()
-        params = [p for p in self.policy.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(params, lr=c.learning_rate, weight_decay=c.weight_decay)
+        self.params = [p for p in self.policy.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(self.params, lr=c.learning_rate, weight_decay=c.weight_decay)
         self.buffer = GroupRolloutBuffer(c)
         self.set_logger(self._default_logger(log_dir))
 
@@ -132,70 +143,8 @@ class GAGPOAgent:
     def _make_vec_env(self, num_groups: int, group_size: int, mode: str) -> GroupedVectorEnv:
         if self.env_id is None:
             raise ValueError("this agent's env has no registered id; pass an env to evaluate()")
-        factory = functools.partial(_make_env, self.env_id, self.env_kwargs, self._wrap_kwargs())
+        factory = functools.partial(make_env, self.env_id, self.env_kwargs, self._wrap_kwargs())
         return GroupedVectorEnv(factory, num_groups, group_size, mode=mode, task_pool=self.config.task_pool or None)
-
-    def _build_policy(self) -> LLMPolicy:
-        c = self.config
-        device = resolve_device(c.device)
-        if self.tiny:
-            if self.env_id is None:
-                raise ValueError("model='tiny' trains its tokenizer on env text: pass an env id or a made env")
-            corpus = collect_env_text(functools.partial(_make_env, self.env_id, self.env_kwargs, None), seed=c.seed)
-            tokenizer = train_tokenizer(corpus, c.tiny_vocab_size)
-            spec = TinyModelSpec(
-                vocab_size=c.tiny_vocab_size,
-                hidden_size=c.tiny_hidden_size,
-                intermediate_size=3 * c.tiny_hidden_size,
-                num_hidden_layers=c.tiny_layers,
-            )
-            model = build_tiny_model(tokenizer, spec, seed=c.seed).to(device)
-        else:
-            model, tokenizer = self._load_pretrained(self.model_source, device)
-            if c.lora_r > 0:
-                model = self._add_lora(model)
-        return self._wrap_model(model, tokenizer)
-
-    def _load_pretrained(self, source: str, device: torch.device):
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        tokenizer = AutoTokenizer.from_pretrained(source)
-        tokenizer.padding_side = "left"
-        if tokenizer.pad_token_id is None:
-            tokenizer.pad_token = tokenizer.eos_token
-        dtype = resolve_dtype(self.config.dtype, device)
-        model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype).to(device)
-        return model, tokenizer
-
-    def _add_lora(self, model):
-        """Train a LoRA adapter instead of all weights (the adapter-disabled model is the KL reference)."""
-        from peft import LoraConfig, get_peft_model
-
-        c = self.config
-        return get_peft_model(model, LoraConfig(r=c.lora_r, lora_alpha=c.lora_alpha, target_modules="all-linear"))
-
-    def _wrap_model(self, model, tokenizer) -> LLMPolicy:
-        c = self.config
-        if c.gradient_checkpointing:
-            model.gradient_checkpointing_enable()
-        return LLMPolicy(
-            model,
-            tokenizer,
-            action_mode=c.action_mode,
-            temperature=c.temperature,
-            max_new_tokens=c.max_new_tokens,
-            value_head=c.estimator == "ppo",
-            choose_score=c.choose_score,
-        )
-
-    def _build_reference(self) -> torch.nn.Module | None:
-        """Frozen initial policy for the KL term (none with LoRA: the adapter-disabled model serves)."""
-        if self.config.kl_coef == 0 or self.config.lora_r > 0:
-            return None
-        ref = copy.deepcopy(self.policy.model).eval()
-        for p in ref.parameters():
-            p.requires_grad_(False)
-        return ref
 
     def _default_logger(self, log_dir: str | None) -> Logger:
         if log_dir is not None:
@@ -231,6 +180,7 @@ class GAGPOAgent:
             raise ValueError("predict needs one info per observation")
         prompts = [self._prompt(o, i) for o, i in zip(obs_list, info_list)]
         admissible = [list(i.get("admissible_actions", [])) for i in info_list]
+        self.policy.eval()
         texts = self.policy.act(prompts, admissible, rng=self.rng, deterministic=deterministic).texts
         return texts[0] if single else texts
 
@@ -317,32 +267,50 @@ class GAGPOAgent:
 
     # ----- update ---------------------------------------------------------------------------------------
     def _micro_batches(self, rows: list[Row]) -> list[list[Row]]:
-        """Split a minibatch so that each forward holds at most ``token_budget`` tokens."""
-        batches, current, tokens = [], [], 0
-        for r in rows:
-            n = len(r.prompt_ids) + len(r.response_ids) + sum(len(c) for c in r.candidate_ids)
-            if current and tokens + n > self.config.token_budget:
-                batches.append(current)
-                current, tokens = [], 0
-            current.append(r)
-            tokens += n
-        return batches + ([current] if current else [])
+        """Split rows so that each forward holds at most ``token_budget`` tokens."""
+        sizes = [len(r.prompt_ids) + len(r.response_ids) + sum(len(c) for c in r.candidate_ids) for r in rows]
+        return [[rows[i] for i in batch] for batch in budget_batches(sizes, self.config.token_budget)]
 
-    def _evaluate_rows(self, rows: list[Row], model=None):
+    def _evaluate_rows(self, rows: list[Row], model=None, *, entropy: bool = True):
         return self.policy.evaluate(
             [r.prompt_ids for r in rows],
             responses=[r.response_ids for r in rows],
             candidates=[r.candidate_ids for r in rows],
             chosen=[r.chosen for r in rows],
             model=model,
+            entropy=entropy,
         )
 
-    def _reference_logp(self, rows: list[Row]) -> torch.Tensor:
-        with torch.no_grad():
-            if self.reference is not None:
-                return self._evaluate_rows(rows, self.reference).logp
-            with self.policy.model.disable_adapter():
-                return self._evaluate_rows(rows).logp
+    @torch.no_grad()
+    def recompute_log_probs(self) -> None:
+        """Behaviour (and reference) log-probs of the rollout from the update's own forward, once per rollout.
+
+        The sampler's log-probs come from another computation (cached, batched differently, maybe another
+        engine); the PPO ratio must start at exactly 1, so the trainer's forward is the source of truth, as in
+        verl and TRL. The largest gap to the sampler's values is logged.
+        """
+        self.policy.train()  # the mode the update runs in (dropout, gradient checkpointing)
+        gap, entropy = 0.0, []
+        for micro in self._micro_batches(self.buffer.rows):
+            ev = self._evaluate_rows(micro)
+            ref = self._reference_eval(micro) if self.config.kl_coef > 0 else None
+            logp = ev.logp.float().cpu().numpy()
+            for k, r in enumerate(micro):
+                n = len(r.old_logp)
+                fresh = logp[k, :n].astype(np.float64)
+                gap = max(gap, float(np.abs(fresh - r.old_logp).max(initial=0.0)))
+                r.rollout_logp, r.old_logp = r.old_logp, fresh
+                if ref is not None:
+                    r.ref_logp = ref[k, :n].float().cpu().numpy().astype(np.float64)
+            entropy += ev.entropy.float().cpu().tolist()
+        self.logger.record("rollout/logp_gap_max", gap)
+        self.logger.record("rollout/entropy", float(np.mean(entropy)) if entropy else 0.0)
+
+    def _reference_eval(self, rows: list[Row]) -> torch.Tensor:
+        if self.reference is not None:
+            return self._evaluate_rows(rows, self.reference, entropy=False).logp
+        with self.policy.model.disable_adapter():  # LoRA: the base model is the initial policy
+            return self._evaluate_rows(rows, entropy=False).logp
 
     def train(self) -> None:
         """n_epochs of clipped-PPO minibatch updates over the rollout."""
@@ -350,33 +318,34 @@ class GAGPOAgent:
         self.policy.train()
         rows = self.buffer.rows
         t0 = time.perf_counter()
-        logs: dict[str, list[float]] = {
-            k: [] for k in ("policy_loss", "kl", "entropy", "clip_fraction", "approx_kl", "grad_norm", "value_loss")
-        }
+        keys = ("policy_loss", "kl", "entropy", "clip_fraction", "approx_kl", "grad_norm", "value_loss")
+        logs: dict[str, list[float]] = {k: [] for k in keys}
         skipped = 0
-        params = [p for p in self.policy.parameters() if p.requires_grad]
+        first_ratio_dev = None
         for _ in range(c.n_epochs):
             order = self.rng.permutation(len(rows))
             for start in range(0, len(rows), c.minibatch_size):
                 minibatch = [rows[i] for i in order[start : start + c.minibatch_size]]
                 self.optimizer.zero_grad(set_to_none=True)
                 finite = True
+                ratio_dev = 0.0
                 for micro in self._micro_batches(minibatch):
                     weight = len(micro) / len(minibatch)
-                    ev = self._evaluate_rows(micro)
-                    old = torch.zeros_like(ev.logp)
-                    for k, r in enumerate(micro):
-                        old[k, : len(r.old_logp)] = torch.as_tensor(r.old_logp, dtype=old.dtype)
-                    advantage = torch.as_tensor(
-                        [r.advantage for r in micro], dtype=ev.logp.dtype, device=ev.logp.device
-                    )
+                    ev = self._evaluate_rows(micro, entropy=c.ent_coef > 0)
+                    device = ev.logp.device
+                    old = self._padded([r.old_logp for r in micro], ev.logp)
+                    advantage = torch.as_tensor([r.advantage for r in micro], dtype=ev.logp.dtype, device=device)
                     pg_loss, info = clipped_policy_loss(
-                        ev.logp, old.to(ev.logp.device), ev.mask, advantage,
+                        ev.logp, old, ev.mask, advantage,
                         clip_low=c.clip_range_low, clip_high=c.clip_range_high, ratio=c.ratio,
                     )  # fmt: skip
-                    loss = pg_loss - c.ent_coef * ev.entropy.mean()
+                    ratio_dev = max(ratio_dev, float(info["ratio_dev_max"]))
+                    loss = pg_loss
+                    if c.ent_coef > 0:
+                        loss = loss - c.ent_coef * ev.entropy.mean()
+                        logs["entropy"].append(float(ev.entropy.mean().detach()))
                     if c.kl_coef > 0:
-                        kl = k3_kl(ev.logp, self._reference_logp(micro), ev.mask).mean()
+                        kl = k3_kl(ev.logp, self._padded([r.ref_logp for r in micro], ev.logp), ev.mask).mean()
                         loss = loss + c.kl_coef * kl
                         logs["kl"].append(float(kl.detach()))
                     if ev.values is not None:
@@ -389,14 +358,15 @@ class GAGPOAgent:
                         break
                     (loss * weight).backward()
                     logs["policy_loss"].append(float(pg_loss.detach()))
-                    logs["entropy"].append(float(ev.entropy.mean().detach()))
                     logs["clip_fraction"].append(float(info["clip_fraction"]))
                     logs["approx_kl"].append(float(info["approx_kl"]))
+                if first_ratio_dev is None:
+                    first_ratio_dev = ratio_dev  # before any step: on-policy, so the ratio must be 1
                 if not finite:
                     skipped += 1
                     self.optimizer.zero_grad(set_to_none=True)
                     continue
-                grad_norm = torch.nn.utils.clip_grad_norm_(params, c.max_grad_norm)
+                grad_norm = torch.nn.utils.clip_grad_norm_(self.params, c.max_grad_norm)
                 if not torch.isfinite(grad_norm):
                     skipped += 1
                     self.optimizer.zero_grad(set_to_none=True)
@@ -405,9 +375,18 @@ class GAGPOAgent:
                 self.optimizer.step()
         self.logger.record("time/update_s", time.perf_counter() - t0)
         self.logger.record("train/skipped_updates", skipped)
+        self.logger.record("train/first_ratio_dev", first_ratio_dev or 0.0)
         for key, values in logs.items():
             if values:
                 self.logger.record(f"train/{key}", float(np.mean(values)))
+
+    @staticmethod
+    def _padded(values: list[np.ndarray], like: torch.Tensor) -> torch.Tensor:
+        """Per-row arrays of log-probs, zero-padded to ``like``'s [B, T]."""
+        out = torch.zeros(like.shape, dtype=torch.float32)
+        for k, v in enumerate(values):
+            out[k, : len(v)] = torch.as_tensor(v, dtype=torch.float32)
+        return out.to(like.device)
 
     def _log_rollout(self, episodes: list[dict[str, Any]], stats: dict[str, float]) -> None:
         rows = self.buffer.rows
@@ -467,6 +446,7 @@ class GAGPOAgent:
             t0 = time.perf_counter()
             if not self.collect_rollouts(callback):
                 break
+            self.recompute_log_probs()
             self.logger.record("time/rollout_s", time.perf_counter() - t0)
             self.train()
             self.iteration += 1
@@ -490,7 +470,7 @@ class GAGPOAgent:
         kwargs = self.env_kwargs if env is None else dict(env_kwargs or {})
         if env_id is None:
             raise ValueError("pass an env id to evaluate()")
-        factory = functools.partial(_make_env, env_id, kwargs, self._wrap_kwargs())
+        factory = functools.partial(make_env, env_id, kwargs, self._wrap_kwargs())
         return run_panel(
             lambda o, i, venv, idx: self.predict(o, i, deterministic=deterministic),
             factory, n_tasks, batch_size=batch_size, seed_offset=seed_offset,
@@ -498,7 +478,8 @@ class GAGPOAgent:
 
     # ----- persistence ----------------------------------------------------------------------------------
     def save(self, path: str | os.PathLike) -> None:
-        """A folder: model + tokenizer (safetensors), value head, optimizer state, config and counters as JSON."""
+        """A folder: model + tokenizer (safetensors, fp32 master weights), value head, optimizer and RNG state,
+        config and counters as JSON, and a manifest of every file's SHA-256 that :meth:`load` checks."""
         from safetensors.torch import save_file
 
         path = Path(path)
@@ -511,6 +492,7 @@ class GAGPOAgent:
                 path / "value_head.safetensors",
             )
         torch.save(self.optimizer.state_dict(), path / "optimizer.pt")
+        save_file({"torch": torch.get_rng_state()}, path / "rng.safetensors")
         meta = {
             "config": self.config.to_dict(),
             "model_source": self.model_source,
@@ -518,8 +500,27 @@ class GAGPOAgent:
             "env_kwargs": self.env_kwargs,
             "num_timesteps": self.num_timesteps,
             "iteration": self.iteration,
+            "numpy_rng": self.rng.bit_generator.state,
         }
         (path / AGENT_FILE).write_text(json.dumps(meta, indent=2))
+        files = sorted(p for p in path.rglob("*") if p.is_file() and p.name != MANIFEST_FILE)
+        manifest = {str(p.relative_to(path)): _sha256(p) for p in files}
+        (path / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2))
+
+    @staticmethod
+    def verify_checkpoint(path: str | os.PathLike) -> None:
+        """Raise one clear error naming the first missing or altered file of a saved agent."""
+        path = Path(path)
+        if not (path / AGENT_FILE).is_file():
+            raise FileNotFoundError(f"no saved agent at {path} (missing {AGENT_FILE})")
+        if not (path / MANIFEST_FILE).is_file():
+            raise FileNotFoundError(f"saved agent at {path} has no {MANIFEST_FILE}: cannot check its files")
+        for name, digest in json.loads((path / MANIFEST_FILE).read_text()).items():
+            file = path / name
+            if not file.is_file():
+                raise FileNotFoundError(f"saved agent at {path} is missing {name}")
+            if _sha256(file) != digest:
+                raise ValueError(f"saved agent at {path}: {name} was altered (checksum mismatch)")
 
     @classmethod
     def load(
@@ -533,129 +534,30 @@ class GAGPOAgent:
     ) -> GAGPOAgent:
         """Restore an agent saved with :meth:`save` (no unpickling: safetensors and ``weights_only=True``).
 
-        ``env`` replaces the saved env id; ``overrides`` replace saved hyperparameters.
+        Every file is checked against the manifest first. ``env`` replaces the saved env id; ``overrides``
+        replace saved hyperparameters. The KL reference is the initial policy again, not the saved weights.
         """
         from safetensors.torch import load_file
 
         path = Path(path)
-        if not (path / AGENT_FILE).is_file():
-            raise FileNotFoundError(f"no saved agent at {path} (missing {AGENT_FILE})")
+        cls.verify_checkpoint(path)
         meta = json.loads((path / AGENT_FILE).read_text())
         values = {**meta["config"], **overrides}
-        config = GAGPOConfig.from_dict(values)
-        device = resolve_device(config.device)
-        proto = cls.__new__(cls)
-        proto.config, proto.model_source, proto.tiny = (
-            config,
-            meta["model_source"],
-            meta["model_source"] == "tiny",
-        )
-        if config.lora_r > 0:
-            from peft import PeftModel
-
-            base, tokenizer = proto._load_pretrained(meta["model_source"], device)
-            model = PeftModel.from_pretrained(base, path / "model", is_trainable=True)
-        else:
-            model, tokenizer = proto._load_pretrained(str(path / "model"), device)
-        policy = proto._wrap_model(model, tokenizer)
-        if policy.value_head is not None:
-            policy.value_head.load_state_dict(load_file(path / "value_head.safetensors"))
         hyper = {k: v for k, v in values.items() if k != "estimator"}
         agent = cls(
             env if env is not None else meta["env_id"],
             model=meta["model_source"],
-            estimator=config.estimator,
+            estimator=values["estimator"],
             env_kwargs=meta["env_kwargs"] if env is None else None,
             verbose=verbose,
             log_dir=log_dir,
-            _policy=policy,
+            _checkpoint=path,
             **hyper,
         )
+        if agent.policy.value_head is not None:
+            agent.policy.value_head.load_state_dict(load_file(path / "value_head.safetensors"))
         agent.optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=True))
         agent.num_timesteps, agent.iteration = meta["num_timesteps"], meta["iteration"]
+        agent.rng.bit_generator.state = meta["numpy_rng"]
+        torch.set_rng_state(load_file(path / "rng.safetensors")["torch"])
         return agent
-
-
-def info_at(infos: dict[str, Any], i: int) -> dict[str, Any]:
-    """The i-th sub-env's info out of Gymnasium's vectorised info dict (``_key`` masks say who has a key)."""
-    out = {}
-    for key, value in infos.items():
-        if key.startswith("_"):
-            continue
-        if isinstance(value, dict):
-            out[key] = info_at(value, i)
-        elif infos[f"_{key}"][i]:
-            out[key] = value[i]
-    return out
-
-
-def run_panel(act, make_env, n_tasks: int, *, batch_size: int = 16, seed_offset: int = 0) -> dict[str, Any]:
-    """Play tasks ``seed_offset + 0 .. n_tasks - 1`` once each; ``act(obs, infos, venv, indices) -> actions``.
-
-    Used for agents, the expert and random reference policies alike; tasks run ``batch_size`` at a time.
-    """
-    results: list[dict[str, Any]] = []
-    for start in range(0, n_tasks, batch_size):
-        seeds = np.arange(start, min(start + batch_size, n_tasks)) + seed_offset
-        venv = GroupedVectorEnv(make_env, len(seeds), 1)
-        try:
-            obs, infos = venv.reset(options={"task_seeds": seeds})
-            current = [info_at(infos, i) for i in range(venv.num_envs)]
-            ret = np.zeros(venv.num_envs)
-            length = np.zeros(venv.num_envs, dtype=int)
-            invalid = np.zeros(venv.num_envs, dtype=int)
-            while venv.active.any():
-                idx = np.flatnonzero(venv.active)
-                chosen = act([obs[i] for i in idx], [current[i] for i in idx], venv, idx)
-                actions: list[Any] = [None] * venv.num_envs
-                for k, i in enumerate(idx):
-                    actions[i] = chosen[k]
-                obs, rewards, _, _, infos = venv.step(actions)
-                for i in idx:
-                    current[i] = info_at(infos, i)
-                    ret[i] += rewards[i]
-                    length[i] += 1
-                    invalid[i] += not current[i].get("action_valid", True)
-            for i in range(venv.num_envs):
-                info = current[i]
-                results.append({
-                    "seed": int(seeds[i]), "won": bool(info.get("won", False)), "return": float(ret[i]),
-                    "length": int(length[i]), "invalid": int(invalid[i]), "task_type": info.get("task_type"),
-                    "score": float(info.get("score", float(info.get("won", False)))),
-                })  # fmt: skip
-        finally:
-            venv.close()
-    return summarize(results)
-
-
-def summarize(results: list[dict[str, Any]]) -> dict[str, Any]:
-    """Panel metrics: overall and per task type."""
-    out: dict[str, Any] = {
-        "n_tasks": len(results),
-        "success_rate": float(np.mean([r["won"] for r in results])) if results else 0.0,
-        "score": float(np.mean([r["score"] for r in results])) if results else 0.0,
-        "mean_return": float(np.mean([r["return"] for r in results])) if results else 0.0,
-        "mean_length": float(np.mean([r["length"] for r in results])) if results else 0.0,
-        "invalid_rate": float(sum(r["invalid"] for r in results) / max(sum(r["length"] for r in results), 1)),
-        "episodes": results,
-    }
-    types = sorted({r["task_type"] for r in results if r["task_type"] is not None})
-    out["per_type"] = {t: float(np.mean([r["won"] for r in results if r["task_type"] == t])) for t in types}
-    return out
-
-
-def reference_policy_panel(
-    kind: str, env_id: str, env_kwargs: dict[str, Any], n_tasks: int, *, seed: int = 0, seed_offset: int = 0
-) -> dict[str, Any]:
-    """Panel metrics of a reference policy: ``"expert"`` (the env's oracle) or ``"random"`` (uniform admissible)."""
-    rng = np.random.default_rng(seed)
-
-    def act(obs, infos, venv, idx):
-        if kind == "expert":
-            return list(venv.call("expert_action", indices=idx))
-        return [i["admissible_actions"][rng.integers(len(i["admissible_actions"]))] for i in infos]
-
-    if kind not in ("expert", "random"):
-        raise ValueError(f"reference policy must be 'expert' or 'random', got {kind!r}")
-    wrap = {"key": "state", "penalty": 0.0, "history_length": 0, "tagged": False}
-    return run_panel(act, functools.partial(_make_env, env_id, env_kwargs, wrap), n_tasks, seed_offset=seed_offset)

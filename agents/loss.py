@@ -37,12 +37,21 @@ def clipped_policy_loss(
     else:
         raise ValueError(f"ratio must be 'action' or 'token', got {ratio!r}")
     approx_kl = ((torch.exp(log_ratio) - 1 - log_ratio) * mask).sum() / mask.sum().clamp(min=1)
-    return loss, {"clip_fraction": clipped.detach(), "approx_kl": approx_kl.detach()}
+    ratio_dev = ((rho - 1).abs() * (mask if ratio == "token" else 1)).max()
+    return loss, {
+        "clip_fraction": clipped.detach(),
+        "approx_kl": approx_kl.detach(),
+        "ratio_dev_max": ratio_dev.detach(),
+    }
 
 
 def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Low-variance k3 estimate of KL(pi || ref) per token, averaged per action: [B]."""
+    """Low-variance k3 estimate of KL(pi || ref) per token, averaged per action: [B].
+
+    As in verl, the log-ratio is clamped to +-20 (no overflow) and each token's estimate to [-10, 10], so one
+    token the policy has moved far from the reference cannot dominate the loss.
+    """
     mask = mask.to(logp.dtype)
-    d = ref_logp - logp
-    per_token = torch.exp(d) - d - 1
+    d = (ref_logp - logp).clamp(-20, 20)
+    per_token = (torch.exp(d) - d - 1).clamp(-10, 10)
     return (per_token * mask).sum(-1) / mask.sum(-1).clamp(min=1)

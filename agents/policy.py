@@ -1,19 +1,22 @@
 """LLMPolicy: a Hugging Face causal LM as a policy over text actions.
 
-Two action modes:
+Two action modes, two small classes behind one interface (:class:`ActionMode`: ``act`` and ``evaluate``):
 
-* ``"generate"`` (the paper's setting): the model writes free text (``<think>...</think><action>...</action>``);
-  the action's log-probability is the sum over its sampled tokens, and the PPO ratio is length-normalised.
-* ``"choose"``: the policy is the model's sequence probability renormalised over the admissible actions,
+* :class:`GenerateMode` (the paper's setting): the model writes free text (``<think>...</think><action>...
+  </action>``); the action's log-probability is the sum over its sampled tokens, and the PPO ratio is
+  length-normalised. Sampling is this module's own loop (:func:`sample_responses`): the sampling settings are
+  the agent's alone, no field of a checkpoint's ``generation_config.json`` reaches them, and only each sampled
+  token's log-prob is kept, never the batch x steps x vocabulary logits.
+* :class:`ChooseMode`: the policy is the model's sequence probability renormalised over the admissible actions,
   ``pi(a | s) = softmax_a(score(a) / T)`` with ``score = log p(a + <eos> | prompt)`` (``choose_score="sum"``) or
-  that log-prob divided by the candidate's token count (``"mean"``: a model that knows nothing yet then starts
-  near uniform over the candidates instead of preferring the shortest). The whole choice is one categorical
-  "token", so its ratio is ``pi_new(a) / pi_old(a)``. All candidates of a prompt are scored in one batched
-  forward that runs the prompt once and shares its KV cache across the candidates.
+  that log-prob divided by the candidate's token count (``"mean"``). All candidates of a prompt are packed
+  behind the prompt in one sequence, with an attention mask that lets each candidate see the prompt and its own
+  tokens only: the prompt runs once, nothing is copied per candidate, and rollouts and updates (with or
+  without gradient checkpointing) use the same forward.
 
-Generation sits behind :class:`GenerationBackend` (Hugging Face here; a vLLM engine can implement the same two
-methods). Generated tokens' log-probs use ``log_softmax(logits / temperature)``, the sampling distribution;
-choose mode applies the temperature once, to the choice.
+Every forward runs under the policy's :class:`~agents.models.Precision` (autocast to the compute dtype over fp32
+weights). Vocabulary-sized logits are produced a chunk of tokens at a time (recomputed in the backward pass),
+so a 150k-token vocabulary costs one chunk of memory, not one row per token.
 """
 
 from __future__ import annotations
@@ -25,21 +28,12 @@ from typing import Protocol
 import numpy as np
 import torch
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
+from agents.models import Precision
 
-def resolve_device(device: str) -> torch.device:
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
-
-
-def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
-    if dtype == "auto":
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
-    table = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-    if dtype not in table:
-        raise ValueError(f"dtype must be 'auto' or one of {sorted(table)}, got {dtype!r}")
-    return table[dtype]
+LOGIT_CHUNK_ELEMENTS = 1 << 25  # floats of vocabulary logits alive at once (128 MiB in fp32)
+STOP_TEXTS = ("</action>",)
 
 
 def _pad(rows: Sequence[Sequence[int]], pad_id: int, left: bool) -> tuple[torch.Tensor, torch.Tensor]:
@@ -68,6 +62,142 @@ def _unique_slots(prompts: list[list[int]], candidates: list[list[list[int]]]) -
     return [first[s] for s in range(len(unique))], slot
 
 
+def budget_batches(sizes: Sequence[int], budget: int) -> list[list[int]]:
+    """Consecutive index batches whose summed sizes stay within ``budget`` (an oversized item goes alone)."""
+    batches: list[list[int]] = []
+    current: list[int] = []
+    total = 0
+    for i, n in enumerate(sizes):
+        if current and total + n > budget:
+            batches.append(current)
+            current, total = [], 0
+        current.append(i)
+        total += n
+    return batches + ([current] if current else [])
+
+
+def _chunk_log_probs(head: nn.Module, hidden: torch.Tensor, targets: torch.Tensor, temperature: float):
+    logits = head(hidden).float() / temperature
+    lse = logits.logsumexp(-1)
+    return logits.gather(-1, targets[:, None]).squeeze(-1) - lse
+
+
+def _chunk_log_probs_entropy(head: nn.Module, hidden: torch.Tensor, targets: torch.Tensor, temperature: float):
+    logits = head(hidden).float() / temperature
+    lse = logits.logsumexp(-1)
+    entropy = lse - (torch.softmax(logits, -1) * logits).sum(-1)
+    return logits.gather(-1, targets[:, None]).squeeze(-1) - lse, entropy
+
+
+def token_log_probs(
+    head: nn.Module, hidden: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0, *, entropy: bool = False
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """log p(target) (and the entropy) of each of N hidden states [N, H], vocabulary logits a chunk at a time.
+
+    With gradients, each chunk is recomputed in the backward pass, so only one chunk of logits is ever alive.
+    """
+    vocab = head.weight.shape[0]
+    chunk = max(1, LOGIT_CHUNK_ELEMENTS // vocab)
+    fn = _chunk_log_probs_entropy if entropy else _chunk_log_probs
+    grad = torch.is_grad_enabled() and hidden.requires_grad and hidden.shape[0] > chunk
+    logps, entropies = [], []
+    for start in range(0, hidden.shape[0], chunk):
+        args = (head, hidden[start : start + chunk], targets[start : start + chunk], temperature)
+        out = checkpoint(fn, *args, use_reentrant=False) if grad else fn(*args)
+        logp, ent = out if entropy else (out, None)
+        logps.append(logp)
+        entropies.append(ent)
+    if not logps:
+        empty = hidden.new_zeros(0, dtype=torch.float32)
+        return empty, (empty if entropy else None)
+    return torch.cat(logps), (torch.cat(entropies) if entropy else None)
+
+
+def eos_token_ids(model: nn.Module, tokenizer) -> list[int]:
+    """Every end-of-sequence id the model knows (tokenizer, model config, generation config), in order."""
+    found: list[int] = []
+    sources = [tokenizer.eos_token_id, getattr(model.config, "eos_token_id", None)]
+    generation = getattr(model, "generation_config", None)
+    sources.append(getattr(generation, "eos_token_id", None))
+    for value in sources:
+        for token in value if isinstance(value, (list, tuple)) else [value]:
+            if token is not None and int(token) not in found:
+                found.append(int(token))
+    return found
+
+
+@torch.no_grad()
+def sample_responses(
+    model: nn.Module,
+    tokenizer,
+    prompts: list[list[int]],
+    *,
+    max_new_tokens: int,
+    temperature: float,
+    greedy: bool,
+    stop_ids: Sequence[int],
+    stop_texts: Sequence[str] = STOP_TEXTS,
+    generator: torch.Generator | None = None,
+) -> tuple[list[list[int]], list[np.ndarray]]:
+    """Sample a response per prompt with the model's KV cache; return the tokens and their log-probs.
+
+    The distribution is exactly ``softmax(logits / temperature)`` (no top-k, top-p, repetition penalty or
+    minimum length: nothing the checkpoint carries), or its argmax when ``greedy``. A response stops after an
+    eos id (kept, so the model learns to stop) or once its text contains a stop text such as ``</action>``.
+    Only the sampled tokens' log-probs are kept.
+    """
+    device = next(model.parameters()).device
+    ids, mask = _pad(prompts, tokenizer.pad_token_id, left=True)
+    ids, mask = ids.to(device), mask.to(device)
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    batch = len(prompts)
+    stop = torch.as_tensor(list(stop_ids), device=device)
+    tokens = torch.zeros((batch, max_new_tokens), dtype=torch.long, device=device)
+    logps = torch.zeros((batch, max_new_tokens), dtype=torch.float32, device=device)
+    lengths = torch.full((batch,), max_new_tokens, dtype=torch.long)
+    running = torch.ones(batch, dtype=torch.bool, device=device)
+    may_close: dict[int, bool] = {}  # token id -> its text could end a stop text
+    cache = None
+    step_ids, step_pos = ids, positions
+    for t in range(max_new_tokens):
+        out = model(
+            input_ids=step_ids,
+            attention_mask=mask,
+            position_ids=step_pos,
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        cache = out.past_key_values
+        logits = out.logits[:, -1].float() / temperature
+        log_probs = torch.log_softmax(logits, -1)
+        if greedy:
+            chosen = log_probs.argmax(-1)
+        else:
+            chosen = torch.multinomial(log_probs.exp(), 1, generator=generator).squeeze(-1)
+        chosen = torch.where(running, chosen, torch.full_like(chosen, tokenizer.pad_token_id))
+        tokens[:, t] = chosen
+        logps[:, t] = log_probs.gather(-1, chosen[:, None]).squeeze(-1)
+        ended = running & torch.isin(chosen, stop)
+        for b in torch.nonzero(running & ~ended).flatten().tolist():
+            tok = int(chosen[b])
+            if tok not in may_close:
+                may_close[tok] = any(s[-1] in tokenizer.decode([tok]) for s in stop_texts)
+            if may_close[tok] and any(s in tokenizer.decode(tokens[b, : t + 1].tolist()) for s in stop_texts):
+                ended[b] = True
+        for b in torch.nonzero(ended).flatten().tolist():
+            lengths[b] = t + 1
+        running &= ~ended
+        if not running.any():
+            break
+        step_ids = chosen[:, None]
+        step_pos = step_pos[:, -1:] + 1
+        mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
+    tokens, logps = tokens.cpu(), logps.cpu()
+    responses = [tokens[b, : lengths[b]].tolist() for b in range(batch)]
+    return responses, [logps[b, : lengths[b]].numpy().astype(np.float64) for b in range(batch)]
+
+
 @dataclass
 class Rollout:
     """What the policy did for a batch of prompts (one entry per prompt)."""
@@ -88,7 +218,7 @@ class Evaluation:
 
     logp: torch.Tensor  # [B, T] per-token log-probs (choose mode: T = 1)
     mask: torch.Tensor  # [B, T]
-    entropy: torch.Tensor  # [B] mean entropy per action
+    entropy: torch.Tensor | None  # [B] mean entropy per action (None when not asked for)
     values: torch.Tensor | None  # [B]
 
 
@@ -96,49 +226,202 @@ class GenerationBackend(Protocol):
     """What a generation engine provides: sampled response ids with their log-probs, and weight sync."""
 
     def generate(
-        self, prompts: list[list[int]], *, max_new_tokens: int, temperature: float, greedy: bool
+        self, prompts: list[list[int]], *, max_new_tokens: int, temperature: float, greedy: bool, seed: int
     ) -> tuple[list[list[int]], list[np.ndarray]]: ...
 
     def sync_weights(self, model: nn.Module) -> None: ...
 
 
 class HFGenerationBackend:
-    """Generation with ``model.generate`` on the training model itself (no weight copy to sync)."""
+    """Sampling with :func:`sample_responses` on the training model itself (no weight copy to sync)."""
 
-    def __init__(self, model: nn.Module, tokenizer) -> None:
-        self.model, self.tokenizer = model, tokenizer
+    def __init__(self, model: nn.Module, tokenizer, precision: Precision) -> None:
+        self.model, self.tokenizer, self.precision = model, tokenizer, precision
+        self.stop_ids = eos_token_ids(model, tokenizer)
 
     def sync_weights(self, model: nn.Module) -> None:
         self.model = model
 
-    @torch.no_grad()
-    def generate(self, prompts, *, max_new_tokens, temperature, greedy):
-        from transformers import GenerationConfig
+    def generate(self, prompts, *, max_new_tokens, temperature, greedy, seed):
+        generator = torch.Generator(device=self.precision.device).manual_seed(seed)
+        with self.precision.autocast():
+            return sample_responses(
+                self.model, self.tokenizer, prompts, max_new_tokens=max_new_tokens, temperature=temperature,
+                greedy=greedy, stop_ids=self.stop_ids, generator=generator,
+            )  # fmt: skip
 
-        device = next(self.model.parameters()).device
-        ids, mask = _pad(prompts, self.tokenizer.pad_token_id, left=True)
-        config = GenerationConfig(
-            do_sample=not greedy,
-            temperature=temperature if not greedy else None,
-            top_k=0 if not greedy else None,  # transformers applies top_k=50 unless told otherwise
-            top_p=1.0 if not greedy else None,
-            max_new_tokens=max_new_tokens,
-            eos_token_id=self.tokenizer.eos_token_id,
-            pad_token_id=self.tokenizer.pad_token_id,
-            return_dict_in_generate=True,
-            output_logits=True,
-        )
-        out = self.model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), generation_config=config)
-        new = out.sequences[:, ids.shape[1] :].cpu()
-        logits = torch.stack(out.logits, dim=1).float().cpu() / temperature  # [B, steps, V]
-        token_logp = torch.log_softmax(logits, -1).gather(-1, new.unsqueeze(-1)).squeeze(-1)
+
+class ActionMode(Protocol):
+    """How a policy turns prompts into actions, and scores stored actions for the update."""
+
+    def act(self, prompts: list[list[int]], admissible: list[list[str]], rng: np.random.Generator,
+            deterministic: bool) -> Rollout: ...  # fmt: skip
+
+    def evaluate(self, prompts: list[list[int]], responses: list[list[int]], candidates: list[list[list[int]]],
+                 chosen: list[int], model: nn.Module | None, entropy: bool) -> Evaluation: ...  # fmt: skip
+
+
+class GenerateMode:
+    """Free-text actions sampled token by token; every token's log-prob enters the action's ratio."""
+
+    def __init__(self, policy: LLMPolicy) -> None:
+        self.policy = policy
+
+    def act(self, prompts, admissible, rng, deterministic) -> Rollout:
+        p = self.policy
         responses, logps = [], []
-        eos = self.tokenizer.eos_token_id
-        for row, lp in zip(new.tolist(), token_logp):
-            n = row.index(eos) + 1 if eos in row else len(row)
-            responses.append(row[:n])
-            logps.append(lp[:n].numpy().astype(np.float64))
-        return responses, logps
+        sizes = [len(x) + p.max_new_tokens for x in prompts]
+        for batch in budget_batches(sizes, p.token_budget):
+            r, lp = p.backend.generate(
+                [prompts[i] for i in batch], max_new_tokens=p.max_new_tokens, temperature=p.temperature,
+                greedy=deterministic, seed=int(rng.integers(2**63 - 1)),
+            )  # fmt: skip
+            responses += r
+            logps += lp
+        texts = [p.tokenizer.decode(r, skip_special_tokens=True) for r in responses]
+        values = []
+        if p.value_head is not None:
+            with p.precision.autocast():
+                values = self._forward(prompts, responses, None, entropy=False)[3].tolist()
+        scored = sum(len(x) + len(r) for x, r in zip(prompts, responses))
+        return Rollout(texts, list(prompts), responses, logp=logps, values=values, scored_tokens=scored)
+
+    def _forward(self, prompts, responses, model, entropy: bool):
+        """Token log-probs [B, T], mask [B, T], entropy [B] or None, values [B] or None."""
+        p = self.policy
+        device = p.device
+        seqs = [list(x) + list(r) for x, r in zip(prompts, responses)]
+        ids, mask = _pad(seqs, p.tokenizer.pad_token_id, left=False)
+        hidden = p.backbone(model)(input_ids=ids.to(device), attention_mask=mask.to(device), use_cache=False)
+        hidden = hidden.last_hidden_state
+        # Response token j of row b sits at position len(prompt) + j and is predicted from the position before.
+        rows = [b for b, r in enumerate(responses) for _ in r]
+        cols = [len(x) - 1 + j for x, r in zip(prompts, responses) for j in range(len(r))]
+        targets = torch.as_tensor([t for r in responses for t in r], dtype=torch.long, device=device)
+        flat_logp, flat_entropy = token_log_probs(
+            p.head(model), hidden[rows, cols], targets, p.temperature, entropy=entropy
+        )
+        r_ids, r_mask = _pad(responses, 0, left=False)
+        r_mask = r_mask.to(device).bool()
+        logp = torch.zeros(r_ids.shape, dtype=torch.float32, device=device).masked_scatter(r_mask, flat_logp)
+        ent = None
+        if entropy:
+            per_token = torch.zeros_like(logp).masked_scatter(r_mask, flat_entropy)
+            ent = per_token.sum(-1) / r_mask.sum(-1).clamp(min=1)
+        prompt_end = hidden[torch.arange(len(prompts), device=device), torch.as_tensor([len(x) - 1 for x in prompts])]
+        values = p.value(prompt_end) if model is None else None
+        return logp, r_mask.float(), ent, values
+
+    def evaluate(self, prompts, responses, candidates, chosen, model, entropy) -> Evaluation:
+        return Evaluation(*self._forward(prompts, responses, model, entropy))
+
+
+class ChooseMode:
+    """A categorical choice among the admissible actions, scored by their sequence log-probs."""
+
+    def __init__(self, policy: LLMPolicy, score: str) -> None:
+        if score not in ("sum", "mean"):
+            raise ValueError(f"choose_score must be 'sum' or 'mean', got {score!r}")
+        self.policy, self.score = policy, score
+
+    def score_candidates(
+        self, prompts: list[list[int]], candidates: list[list[list[int]]], model: nn.Module | None = None
+    ) -> tuple[list[torch.Tensor], list[torch.Tensor], torch.Tensor]:
+        """Sequence log-probs of every candidate of every prompt, in one packed forward.
+
+        Row b holds prompt b followed by all its candidates; a candidate attends to the prompt and to its own
+        earlier tokens, and its positions continue the prompt's. Returns per prompt the candidates' sequence
+        log-probs [K] and token counts [K], and the prompts' last hidden states [B, H] (for the value head).
+        """
+        p = self.policy
+        device = p.device
+        if len(prompts) != len(candidates):
+            raise ValueError(f"{len(prompts)} prompts but {len(candidates)} candidate lists")
+        rows, segments, positions = [], [], []
+        for prompt, cands in zip(prompts, candidates):
+            rows.append(list(prompt) + [t for c in cands for t in c])
+            segments.append([0] * len(prompt) + [k + 1 for k, c in enumerate(cands) for _ in c])
+            positions.append(list(range(len(prompt))) + [len(prompt) + j for c in cands for j in range(len(c))])
+        ids, _ = _pad(rows, p.tokenizer.pad_token_id, left=False)
+        seg, _ = _pad(segments, -1, left=False)
+        pos, _ = _pad(positions, 0, left=False)
+        ids, seg, pos = ids.to(device), seg.to(device), pos.to(device)
+        width = ids.shape[1]
+        causal = torch.ones(width, width, dtype=torch.bool, device=device).tril()
+        q, k = seg[:, :, None], seg[:, None, :]
+        allowed = causal & (k >= 0) & ((k == 0) | (k == q))
+        allowed |= torch.eye(width, dtype=torch.bool, device=device)  # padding rows attend to themselves
+        hidden = p.backbone(model)(
+            input_ids=ids, attention_mask=p.attention_mask(allowed[:, None], model), position_ids=pos, use_cache=False
+        ).last_hidden_state
+        # Token j of a candidate is predicted by the prompt's last position (j = 0) or by its token j - 1.
+        pred_rows, pred_cols, owner, sizes = [], [], [], []
+        cand_index = 0
+        for b, (prompt, cands) in enumerate(zip(prompts, candidates)):
+            col = len(prompt)
+            for c in cands:
+                pred_rows += [b] * len(c)
+                pred_cols += [len(prompt) - 1] + list(range(col, col + len(c) - 1))
+                owner += [cand_index] * len(c)
+                col += len(c)
+                cand_index += 1
+            sizes.append(len(cands))
+        targets = torch.as_tensor([t for cands in candidates for c in cands for t in c], device=device)
+        token_logp, _ = token_log_probs(p.head(model), hidden[pred_rows, pred_cols], targets)
+        owner_t = torch.as_tensor(owner, device=device)
+        seq_logp = torch.zeros(cand_index, device=device).index_add(0, owner_t, token_logp)
+        counts = torch.as_tensor([len(c) for cands in candidates for c in cands], device=device)
+        last = hidden[torch.arange(len(prompts), device=device), torch.as_tensor([len(x) - 1 for x in prompts])]
+        return list(seq_logp.split(sizes)), list(counts.split(sizes)), last
+
+    def choice_log_probs(self, seq_logp: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+        """log pi over one prompt's candidates from their sequence log-probs."""
+        score = seq_logp / counts if self.score == "mean" else seq_logp
+        return torch.log_softmax(score / self.policy.temperature, -1)
+
+    def act(self, prompts, admissible, rng, deterministic) -> Rollout:
+        p = self.policy
+        if any(not a for a in admissible):
+            raise ValueError("choose mode needs a non-empty admissible action list for every prompt")
+        candidates = [[p.action_tokens(a) for a in acts] for acts in admissible]
+        order, slot = _unique_slots(prompts, candidates)
+        log_pis: list[np.ndarray] = []
+        values: list[float] = []
+        sizes = [len(prompts[i]) + sum(len(c) for c in candidates[i]) for i in order]
+        with p.precision.autocast():
+            for batch in budget_batches(sizes, p.token_budget):
+                rows = [order[i] for i in batch]
+                seq, counts, hidden = self.score_candidates([prompts[i] for i in rows], [candidates[i] for i in rows])
+                log_pis += [self.choice_log_probs(s, n).cpu().numpy().astype(np.float64) for s, n in zip(seq, counts)]
+                if p.value_head is not None:
+                    values += p.value(hidden).tolist()
+        rollout = Rollout([], list(prompts), candidate_ids=candidates, scored_tokens=sum(sizes))
+        for row, s in enumerate(slot):
+            log_pi = log_pis[s]
+            if deterministic:
+                choice = int(np.argmax(log_pi))
+            else:
+                choice = int(rng.choice(len(log_pi), p=np.exp(log_pi) / np.exp(log_pi).sum()))
+            rollout.texts.append(admissible[row][choice])
+            rollout.chosen.append(choice)
+            rollout.logp.append(log_pi[choice : choice + 1])
+            if values:
+                rollout.values.append(float(values[s]))
+        return rollout
+
+    def evaluate(self, prompts, responses, candidates, chosen, model, entropy) -> Evaluation:
+        order, slot = _unique_slots(prompts, candidates)
+        seq_logp, counts, hidden = self.score_candidates(
+            [prompts[i] for i in order], [candidates[i] for i in order], model
+        )
+        logp, ent = [], []
+        for s, c in zip(slot, chosen):
+            log_pi = self.choice_log_probs(seq_logp[s], counts[s])
+            logp.append(log_pi[c])
+            ent.append(-(log_pi.exp() * log_pi).sum())
+        logp_t = torch.stack(logp)[:, None]
+        values = None if model is not None or self.policy.value_head is None else self.policy.value(hidden)[slot]
+        return Evaluation(logp_t, torch.ones_like(logp_t), torch.stack(ent), values)
 
 
 class LLMPolicy(nn.Module):
@@ -152,6 +435,8 @@ class LLMPolicy(nn.Module):
         max_new_tokens: generation limit per action.
         value_head: add a linear value head on the prompt's last hidden state (the PPO baseline).
         choose_score: ``"sum"`` or ``"mean"`` token log-prob of a candidate (choose mode).
+        precision: device and compute dtype (default: the model's device, fp32).
+        token_budget: tokens per forward when acting (prompts are batched under it).
     """
 
     def __init__(
@@ -164,24 +449,29 @@ class LLMPolicy(nn.Module):
         max_new_tokens: int = 64,
         value_head: bool = False,
         choose_score: str = "sum",
+        precision: Precision | None = None,
+        token_budget: int = 16384,
     ) -> None:
         super().__init__()
-        if action_mode not in ("generate", "choose"):
-            raise ValueError(f"action_mode must be 'generate' or 'choose', got {action_mode!r}")
-        if choose_score not in ("sum", "mean"):
-            raise ValueError(f"choose_score must be 'sum' or 'mean', got {choose_score!r}")
-        self.choose_score = choose_score
         if tokenizer.pad_token_id is None or tokenizer.eos_token_id is None:
             raise ValueError("the tokenizer needs pad_token_id and eos_token_id")
         self.model, self.tokenizer = model, tokenizer
+        self.precision = precision or Precision(next(model.parameters()).device, torch.float32)
         self.action_mode, self.temperature, self.max_new_tokens = action_mode, temperature, max_new_tokens
+        self.token_budget = token_budget
+        if action_mode == "generate":
+            self.actions: ActionMode = GenerateMode(self)
+        elif action_mode == "choose":
+            self.actions = ChooseMode(self, choose_score)
+        else:
+            raise ValueError(f"action_mode must be 'generate' or 'choose', got {action_mode!r}")
         hidden = model.config.get_text_config().hidden_size
         self.value_head = nn.Linear(hidden, 1) if value_head else None
         if self.value_head is not None:
             nn.init.zeros_(self.value_head.weight)
             nn.init.zeros_(self.value_head.bias)
-            self.value_head.to(device=self.device, dtype=next(model.parameters()).dtype)
-        self.backend: GenerationBackend = HFGenerationBackend(model, tokenizer)
+            self.value_head.to(device=self.device, dtype=torch.float32)
+        self.backend: GenerationBackend = HFGenerationBackend(model, tokenizer, self.precision)
         self._action_tokens: dict[str, list[int]] = {}
 
     @property
@@ -196,88 +486,24 @@ class LLMPolicy(nn.Module):
             self._action_tokens[action] = list(ids) + [self.tokenizer.eos_token_id]
         return self._action_tokens[action]
 
-    def _backbone(self, model: nn.Module | None = None) -> nn.Module:
+    def backbone(self, model: nn.Module | None = None) -> nn.Module:
         return (model or self.model).get_decoder()
 
-    def _head(self, model: nn.Module | None, hidden: torch.Tensor) -> torch.Tensor:
-        logits = (model or self.model).get_output_embeddings()(hidden).float()
-        # Generation samples tokens at the temperature; choose mode applies it once, to the choice.
-        return logits / self.temperature if self.action_mode == "generate" else logits
+    def head(self, model: nn.Module | None = None) -> nn.Module:
+        return (model or self.model).get_output_embeddings()
 
-    def _score_candidates(
-        self, prompts: list[list[int]], candidates: list[list[list[int]]], model: nn.Module | None = None
-    ) -> tuple[list[torch.Tensor], list[torch.Tensor], torch.Tensor]:
-        """Sequence log-probs of every candidate of every prompt, each prompt run once.
+    def attention_mask(self, allowed: torch.Tensor, model: nn.Module | None = None) -> torch.Tensor:
+        """A 4D mask in the form the model's attention expects: boolean, or additive for eager attention."""
+        if getattr((model or self.model).config, "_attn_implementation", None) == "eager":
+            return torch.zeros(allowed.shape, device=allowed.device).masked_fill(~allowed, torch.finfo().min)
+        return allowed
 
-        Prompts are left-padded and run with a KV cache; the cache rows are then gathered once per
-        (prompt, candidate) pair and the candidates run on top of it with the right positions.
-        Returns per prompt: candidate sequence log-probs [K], per-candidate token counts, and the prompts'
-        last hidden states [B, H] (for the value head).
-        """
-        device = self.device
-        backbone = self._backbone(model)
-        ids, mask = _pad(prompts, self.tokenizer.pad_token_id, left=True)
-        ids, mask = ids.to(device), mask.to(device)
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        out = backbone(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True)
-        last_hidden = out.last_hidden_state[:, -1]  # left padding: every prompt ends at the last column
-        first_logp = torch.log_softmax(self._head(model, last_hidden), -1)  # [B, V]
+    def value(self, hidden: torch.Tensor) -> torch.Tensor | None:
+        if self.value_head is None:
+            return None
+        return self.value_head(hidden.float()).squeeze(-1).float()
 
-        owner = torch.as_tensor([b for b, cands in enumerate(candidates) for _ in cands], device=device)
-        flat = [c for cands in candidates for c in cands]
-        cand_ids, cand_mask = _pad(flat, self.tokenizer.pad_token_id, left=False)
-        cand_ids, cand_mask = cand_ids.to(device), cand_mask.to(device)
-        cache = out.past_key_values
-        cache.batch_select_indices(owner)
-        full_mask = torch.cat([mask[owner], cand_mask], dim=1)
-        cand_pos = mask.sum(-1)[owner, None] + torch.arange(cand_ids.shape[1], device=device)[None]
-        hidden = backbone(
-            input_ids=cand_ids, attention_mask=full_mask, position_ids=cand_pos, past_key_values=cache
-        ).last_hidden_state
-        # Token j of a candidate is predicted by the prompt's last state (j = 0) or by candidate token j - 1.
-        token_logp = torch.empty(cand_ids.shape, device=device)
-        token_logp[:, 0] = first_logp[owner].gather(-1, cand_ids[:, :1]).squeeze(-1)
-        if cand_ids.shape[1] > 1:
-            later = torch.log_softmax(self._head(model, hidden[:, :-1]), -1)
-            token_logp[:, 1:] = later.gather(-1, cand_ids[:, 1:, None]).squeeze(-1)
-        seq_logp = (token_logp * cand_mask).sum(-1)
-        sizes = [len(c) for c in candidates]
-        return list(seq_logp.split(sizes)), list(cand_mask.sum(-1).split(sizes)), last_hidden
-
-    def _choice_log_probs(self, seq_logp: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
-        """log pi over one prompt's candidates from their sequence log-probs."""
-        score = seq_logp / counts if self.choose_score == "mean" else seq_logp
-        return torch.log_softmax(score / self.temperature, -1)
-
-    def _response_logits(
-        self, prompts: list[list[int]], responses: list[list[int]], model: nn.Module | None = None
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Logits at the response positions of right-padded (prompt + response) sequences.
-
-        Returns (logits [B, T, V], response ids [B, T], mask [B, T], prompt-end hidden states [B, H]).
-        """
-        device = self.device
-        seqs = [list(p) + list(r) for p, r in zip(prompts, responses)]
-        ids, mask = _pad(seqs, self.tokenizer.pad_token_id, left=False)
-        ids, mask = ids.to(device), mask.to(device)
-        hidden = self._backbone(model)(input_ids=ids, attention_mask=mask).last_hidden_state
-        p_len = torch.as_tensor([len(p) for p in prompts], device=device)
-        r_ids, r_mask = _pad(responses, self.tokenizer.pad_token_id, left=False)
-        r_ids, r_mask = r_ids.to(device), r_mask.to(device)
-        # Response token j sits at position p_len + j and is predicted from position p_len + j - 1.
-        pos = (p_len[:, None] - 1 + torch.arange(r_ids.shape[1], device=device)[None]).clamp(max=ids.shape[1] - 1)
-        picked = hidden.gather(1, pos[..., None].expand(-1, -1, hidden.shape[-1]))
-        prompt_end = hidden[torch.arange(len(prompts), device=device), p_len - 1]
-        return self._head(model, picked), r_ids, r_mask, prompt_end
-
-    def _value(self, hidden: torch.Tensor) -> torch.Tensor | None:
-        return (
-            None
-            if self.value_head is None
-            else self.value_head(hidden.to(self.value_head.weight.dtype)).squeeze(-1).float()
-        )
-
-    # ----- acting ---------------------------------------------------------------------------------------
+    # ----- acting and scoring ---------------------------------------------------------------------------
     @torch.no_grad()
     def act(
         self,
@@ -287,43 +513,8 @@ class LLMPolicy(nn.Module):
         rng: np.random.Generator,
         deterministic: bool = False,
     ) -> Rollout:
-        """Choose one action per prompt; identical (prompt, candidates) pairs are scored once."""
-        if self.action_mode == "generate":
-            responses, logps = self.backend.generate(
-                prompts,
-                max_new_tokens=self.max_new_tokens,
-                temperature=self.temperature,
-                greedy=deterministic,
-            )
-            texts = [self.tokenizer.decode(r, skip_special_tokens=True) for r in responses]
-            values = []
-            if self.value_head is not None:
-                *_, prompt_end = self._response_logits(prompts, responses)
-                values = self._value(prompt_end).tolist()
-            scored = sum(len(p) + len(r) for p, r in zip(prompts, responses))
-            return Rollout(texts, list(prompts), responses, logp=logps, values=values, scored_tokens=scored)
-
-        if any(not a for a in admissible):
-            raise ValueError("choose mode needs a non-empty admissible action list for every prompt")
-        candidates = [[self.action_tokens(a) for a in acts] for acts in admissible]
-        order, slot = _unique_slots(prompts, candidates)
-        seq_logp, counts, hidden = self._score_candidates([prompts[i] for i in order], [candidates[i] for i in order])
-        values_unique = self._value(hidden)
-        rollout = Rollout([], list(prompts), candidate_ids=candidates)
-        rollout.scored_tokens = sum(len(prompts[i]) + int(counts[k].sum()) for k, i in enumerate(order))
-        for row, s in enumerate(slot):
-            log_pi = self._choice_log_probs(seq_logp[s], counts[s]).cpu().numpy().astype(np.float64)
-            choice = (
-                int(np.argmax(log_pi))
-                if deterministic
-                else int(rng.choice(len(log_pi), p=np.exp(log_pi) / np.exp(log_pi).sum()))
-            )
-            rollout.texts.append(admissible[row][choice])
-            rollout.chosen.append(choice)
-            rollout.logp.append(log_pi[choice : choice + 1])
-            if values_unique is not None:
-                rollout.values.append(float(values_unique[s]))
-        return rollout
+        """Choose one action per prompt (identical prompts are scored once in choose mode)."""
+        return self.actions.act(prompts, admissible, rng, deterministic)
 
     @torch.no_grad()
     def values(self, prompts: list[list[int]]) -> list[float]:
@@ -332,14 +523,13 @@ class LLMPolicy(nn.Module):
             raise ValueError("this policy has no value head")
         ids, mask = _pad(prompts, self.tokenizer.pad_token_id, left=True)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        hidden = self._backbone()(
-            input_ids=ids.to(self.device),
-            attention_mask=mask.to(self.device),
-            position_ids=positions.to(self.device),
-        ).last_hidden_state[:, -1]
-        return self._value(hidden).tolist()
+        with self.precision.autocast():
+            hidden = self.backbone()(
+                input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
+                position_ids=positions.to(self.device), use_cache=False,
+            ).last_hidden_state[:, -1]  # fmt: skip
+        return self.value(hidden).tolist()
 
-    # ----- training -------------------------------------------------------------------------------------
     def evaluate(
         self,
         prompts: list[list[int]],
@@ -348,24 +538,11 @@ class LLMPolicy(nn.Module):
         candidates: list[list[list[int]]] | None = None,
         chosen: list[int] | None = None,
         model: nn.Module | None = None,
+        entropy: bool = True,
     ) -> Evaluation:
-        """Log-probs, entropy and values of stored actions under the current (or a given) model."""
-        if self.action_mode == "generate":
-            logits, r_ids, mask, prompt_end = self._response_logits(prompts, responses, model)
-            log_probs = torch.log_softmax(logits, -1)
-            logp = log_probs.gather(-1, r_ids[..., None]).squeeze(-1)
-            token_entropy = -(log_probs.exp() * log_probs).sum(-1)
-            entropy = (token_entropy * mask).sum(-1) / mask.sum(-1).clamp(min=1)
-            return Evaluation(logp, mask.float(), entropy, self._value(prompt_end) if model is None else None)
-        order, slot = _unique_slots(prompts, candidates)
-        seq_logp, counts, hidden = self._score_candidates(
-            [prompts[i] for i in order], [candidates[i] for i in order], model
-        )
-        logp, entropy = [], []
-        for s, c in zip(slot, chosen):
-            log_pi = self._choice_log_probs(seq_logp[s], counts[s])
-            logp.append(log_pi[c])
-            entropy.append(-(log_pi.exp() * log_pi).sum())
-        logp_t = torch.stack(logp)[:, None]
-        values = None if model is not None or self.value_head is None else self._value(hidden)[slot]
-        return Evaluation(logp_t, torch.ones_like(logp_t), torch.stack(entropy), values)
+        """Log-probs, entropy (when asked) and values of stored actions under the current (or a given) model.
+
+        This is the one forward behind the update, the recomputed behaviour log-probs and the reference's.
+        """
+        with self.precision.autocast():
+            return self.actions.evaluate(prompts, responses, candidates, chosen, model, entropy)

@@ -18,7 +18,7 @@ import numpy as np  # noqa: E402
 from stable_baselines3.common.callbacks import BaseCallback  # noqa: E402
 
 from agents import GAGPOAgent  # noqa: E402
-from agents.gagpo import reference_policy_panel  # noqa: E402
+from agents.evaluation import reference_policy_panel  # noqa: E402
 
 ENV_ID = "gagpo_gym/FrozenLake-v0"
 ENV_KWARGS = {"max_episode_steps": 20}

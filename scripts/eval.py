@@ -73,7 +73,7 @@ def evaluate_agent(path: str, env_id: str, env_kwargs: dict[str, Any], args: arg
 
 
 def evaluate_reference(kind: str, env_id: str, env_kwargs: dict[str, Any], args: argparse.Namespace) -> dict:
-    from agents.gagpo import reference_policy_panel
+    from agents.evaluation import reference_policy_panel
 
     return reference_policy_panel(
         kind, env_id, env_kwargs, args.n_tasks, seed=args.random_seed, seed_offset=args.seed_offset

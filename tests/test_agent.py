@@ -24,7 +24,7 @@ import gagpo_gym
 from agents import GAGPOAgent, GAGPOConfig
 from agents import advantages as adv
 from agents.buffer import GroupRolloutBuffer, Row
-from agents.gagpo import info_at, run_panel
+from agents.evaluation import info_at, run_panel
 from agents.loss import clipped_policy_loss, k3_kl
 from agents.policy import LLMPolicy
 from gagpo_gym.core import TextEnv
@@ -329,25 +329,26 @@ def duplicated_scores(policy: LLMPolicy, prompt: list[int], candidates: list[lis
     return out
 
 
-def test_choose_mode_shared_kv_cache_equals_duplicated_prompts(agent: GAGPOAgent) -> None:
+def test_choose_mode_packed_candidates_equal_duplicated_prompts(agent: GAGPOAgent) -> None:
     policy = agent.policy
     obs, infos = observations(3)
     prompts = [agent._prompt(o, i) for o, i in zip(obs, infos)]
     prompts.append(prompts[0][:11])  # a much shorter prompt in the same batch
     assert len({len(p) for p in prompts}) >= 3
     actions = [["go north", "go east"], ["go west", "go north", "go south"], ["go east"], ["go south", "go"]]
+    actions = actions[: len(prompts) - 1] + [["go west", "go east"]]
     actions[1].append("go to the far far away exit")  # a candidate of another length
     candidates = [[policy.action_tokens(a) for a in acts] for acts in actions]
     assert len({len(c) for cands in candidates for c in cands}) >= 3
     with torch.no_grad():
-        seq_logp, counts, _ = policy._score_candidates(prompts, candidates)
+        seq_logp, counts, _ = policy.actions.score_candidates(prompts, candidates)
     for p, cands, got, n in zip(prompts, candidates, seq_logp, counts):
         np.testing.assert_allclose(got.numpy(), duplicated_scores(policy, p, cands), atol=1e-4)
         assert n.tolist() == [len(c) for c in cands]
     # And evaluate() (the training path) agrees with the duplicated computation for a chosen candidate.
     with torch.no_grad():
-        ev = policy.evaluate(prompts, candidates=candidates, chosen=[1, 2, 0, 1])
-    for k, (p, cands, c) in enumerate(zip(prompts, candidates, [1, 2, 0, 1])):
+        ev = policy.evaluate(prompts, candidates=candidates, chosen=[1, 2, 0, 1, 1][: len(prompts)])
+    for k, (p, cands, c) in enumerate(zip(prompts, candidates, [1, 2, 0, 1, 1])):
         scores = np.array(duplicated_scores(policy, p, cands)) / np.array([len(x) for x in cands])  # mean
         log_pi = scores - np.logaddexp.reduce(scores)
         assert float(ev.logp[k, 0]) == pytest.approx(log_pi[c], abs=1e-4)
@@ -589,7 +590,7 @@ def test_seeded_runs_are_reproducible() -> None:
     [
         ({"gamma": 1.5}, r"gamma must be in \[0, 1\]"),
         ({"estimator": "a2c"}, "estimator must be one of"),
-        ({"clip_range_low": 1.0}, "clip_range_low must be < 1"),
+        ({"clip_range_low": 1.0}, "clip_range_low must be in \\(0, 1\\)"),
         ({"state_key": "history:0"}, "state key must be"),
         ({"action_mode": "talk"}, "action_mode must be"),
         ({"learning_rate": -1.0}, "learning_rate must be > 0"),
@@ -645,8 +646,9 @@ def test_logged_keys() -> None:
         "rollout/success_rate", "rollout/ep_return_mean", "rollout/ep_len_mean", "rollout/invalid_rate",
         "rollout/unparsed_rate", "rollout/prompt_truncations", "advantage/mean", "advantage/std",
         "advantage/iqr", "advantage/share_abs_gt_1", "advantage/singleton_share", "advantage/set_size_mean",
-        "advantage/set_size_max", "train/policy_loss", "train/entropy", "train/clip_fraction",
-        "train/approx_kl", "train/grad_norm", "time/rollout_s", "time/update_s", "time/generate_s",
+        "advantage/set_size_max", "train/policy_loss", "train/clip_fraction",
+        "train/approx_kl", "train/grad_norm", "train/first_ratio_dev", "rollout/entropy",
+            "rollout/logp_gap_max", "time/rollout_s", "time/update_s", "time/generate_s",
         "time/env_steps_per_s", "time/tokens_per_s", "time/iterations", "time/total_timesteps",
     }  # fmt: skip
     assert expected <= keys, expected - keys
