@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -75,12 +77,37 @@ class GAGPOConfig:
     def __post_init__(self) -> None:
         self.validate()
 
+    def _check_types(self) -> None:
+        """Each value has its field's type: ``num_groups=2.5``, ``"4"``, ``inf``, ``show_admissible="no"`` fail."""
+        allowed = {"int": (int,), "float": (int, float), "bool": (bool,), "str": (str,)}
+        for field in dataclasses.fields(self):
+            name, value = field.name, getattr(self, field.name)
+            kinds = [k.strip() for k in str(field.type).split("|")]
+            if value is None and "None" in kinds:
+                continue
+            ok = False
+            for kind in kinds:
+                types = allowed.get(kind, ())
+                if isinstance(value, types) and (kind == "bool" or not isinstance(value, bool)):
+                    ok = kind not in ("float", "int") or math.isfinite(value)
+                    break
+            if not ok:
+                words = {"int": "a finite int", "float": "a finite number", "bool": "True or False", "str": "a string"}
+                wanted = " or ".join(words.get(k, k) for k in kinds)
+                raise ValueError(f"GAGPOConfig: {name} must be {wanted}, got {value!r}")
+
     def validate(self) -> None:
         """Raise one readable ValueError for the first bad value."""
 
         def check(ok: bool, message: str) -> None:
             if not ok:
                 raise ValueError(f"GAGPOConfig: {message}")
+
+        self._check_types()
+        check(
+            re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", self.device) is not None,
+            f"device must be 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps', got {self.device!r}",
+        )
 
         check(self.estimator in ESTIMATORS, f"estimator must be one of {ESTIMATORS}, got {self.estimator!r}")
         check(self.num_groups >= 1 and self.group_size >= 1, "num_groups and group_size must be >= 1")

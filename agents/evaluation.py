@@ -6,18 +6,31 @@ Kept apart from the training loop: scripts, benchmarks and the agent's ``evaluat
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
+from gymnasium.envs.registration import load_env_creator
 
 import gagpo_gym
 from wrappers import GroupedVectorEnv, wrap_text_env
 
 
-def make_env(env_id: str, env_kwargs: dict[str, Any], wrap: dict[str, Any] | None) -> gym.Env:
-    """Picklable env factory (async workers rebuild envs from it)."""
+def make_env(
+    env_id: str,
+    env_kwargs: dict[str, Any],
+    wrap: dict[str, Any] | None,
+    env_wrappers: Sequence[tuple[str, dict[str, Any]]] = (),
+) -> gym.Env:
+    """Picklable env factory (async workers rebuild envs from it).
+
+    ``env_wrappers`` are ``(entry point, kwargs)`` of wrappers the user put on a made env (Gymnasium records
+    them in ``env.spec.additional_wrappers``); they go on before the agent's own text wrappers.
+    """
     env = gagpo_gym.make(env_id, **env_kwargs)
+    for entry_point, kwargs in env_wrappers:
+        env = load_env_creator(entry_point)(env, **kwargs)
     return wrap_text_env(env, **wrap) if wrap is not None else env
 
 
@@ -34,10 +47,13 @@ def info_at(infos: dict[str, Any], i: int) -> dict[str, Any]:
     return out
 
 
-def run_panel(act, make_env, n_tasks: int, *, batch_size: int = 16, seed_offset: int = 0) -> dict[str, Any]:
+def run_panel(
+    act, make_env, n_tasks: int, *, batch_size: int = 16, seed_offset: int = 0, episodes: bool = True
+) -> dict[str, Any]:
     """Play tasks ``seed_offset + 0 .. n_tasks - 1`` once each; ``act(obs, infos, venv, indices) -> actions``.
 
     Used for agents, the expert and random reference policies alike; tasks run ``batch_size`` at a time.
+    ``episodes=False`` leaves the per-episode rows out of the summary.
     """
     results: list[dict[str, Any]] = []
     for start in range(0, n_tasks, batch_size):
@@ -70,7 +86,10 @@ def run_panel(act, make_env, n_tasks: int, *, batch_size: int = 16, seed_offset:
                 })  # fmt: skip
         finally:
             venv.close()
-    return summarize(results)
+    summary = summarize(results)
+    if not episodes:
+        del summary["episodes"]
+    return summary
 
 
 def summarize(results: list[dict[str, Any]]) -> dict[str, Any]:

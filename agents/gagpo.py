@@ -9,22 +9,27 @@ clipped-PPO update, log, call callbacks. SB3's logger and callbacks are reused u
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
 import os
 import sys
+import tempfile
 import time
+import zipfile
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import torch
 from stable_baselines3.common.callbacks import BaseCallback, CallbackList, ProgressBarCallback
-from stable_baselines3.common.logger import HumanOutputFormat, Logger, configure
+from stable_baselines3.common.logger import HumanOutputFormat, Logger, make_output_format
 
 from agents import advantages as adv
 from agents.buffer import GroupRolloutBuffer, Row
+from agents.callbacks import OneLineOutput, StepProgressBar, step_accurate
 from agents.config import GAGPOConfig
 from agents.evaluation import info_at, make_env, run_panel
 from agents.loss import clipped_policy_loss, k3_kl
@@ -37,13 +42,32 @@ AGENT_FILE = "agent.json"
 MANIFEST_FILE = "manifest.json"
 
 
-def _env_id_of(env: Any) -> tuple[str, dict[str, Any]]:
+def _env_source(env: Any) -> tuple[str, dict[str, Any], list[tuple[str, dict[str, Any]]]]:
+    """(env id, constructor kwargs, extra wrappers) that rebuild ``env`` in every sub-env of the vector env.
+
+    A made env keeps what ``gymnasium.make`` was told (``max_episode_steps`` included) and the wrappers put on
+    it afterwards, as far as Gymnasium can re-create them from ``env.spec``.
+    """
     if isinstance(env, str):
-        return env, {}
+        return env, {}, []
+    if isinstance(env, gym.vector.VectorEnv):
+        raise ValueError(
+            "GAGPOAgent builds its own grouped vector env (num_groups x group_size sub-envs): pass the env id "
+            "or one env made with gymnasium.make, not a gymnasium vector env"
+        )
     spec = getattr(env, "spec", None)
     if spec is None:
-        raise ValueError("pass an env id, a registered env made with gymnasium.make, or a GroupedVectorEnv")
-    return spec.id, dict(spec.kwargs)
+        raise ValueError(
+            "this env has no spec to rebuild its sub-envs from: it is not registered, or one of its wrappers "
+            "does not record its constructor arguments; pass an env id, an env made with gymnasium.make "
+            "(wrappers recording their arguments), or a GroupedVectorEnv built from your own factory"
+        )
+    kwargs = dict(spec.kwargs)
+    registered = gym.spec(spec.id)
+    if spec.max_episode_steps != registered.max_episode_steps:
+        kwargs["max_episode_steps"] = spec.max_episode_steps
+    wrappers = [(w.entry_point, dict(w.kwargs or {})) for w in spec.additional_wrappers]
+    return spec.id, kwargs, wrappers
 
 
 def _sha256(path: Path) -> str:
@@ -54,12 +78,18 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-class _StepProgressBar(ProgressBarCallback):
-    """SB3's progress bar, advanced by the env steps actually taken (finished members take none)."""
+@contextlib.contextmanager
+def _quiet_hub():
+    """No Hugging Face progress bars while saving or loading a checkpoint."""
+    from transformers.utils import logging as hf_logging
 
-    def _on_step(self) -> bool:
-        self.pbar.update(int(self.locals["n_active"]))
-        return True
+    was_enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            hf_logging.enable_progress_bar()
 
 
 class GAGPOAgent:
@@ -72,7 +102,7 @@ class GAGPOAgent:
             checkpoint path / hub id for ``AutoModelForCausalLM``.
         estimator: ``"gagpo"`` | ``"gigpo"`` | ``"grpo"`` | ``"rloo"`` | ``"ppo"``.
         env_kwargs: constructor arguments for the env (with an env id).
-        verbose: 0 silent, 1 logs to stdout.
+        verbose: 0 silent, 1 one line per iteration on stdout, 2 SB3's full table.
         log_dir: where SB3's logger writes CSV, JSON and TensorBoard (when installed) files.
         **hyperparameters: any field of :class:`~agents.config.GAGPOConfig`.
     """
@@ -88,6 +118,7 @@ class GAGPOAgent:
         log_dir: str | None = None,
         seed: int | None = None,
         _checkpoint: Path | None = None,
+        _env_wrappers: list | None = None,
         **hyperparameters: Any,
     ) -> None:
         if seed is not None:
@@ -105,21 +136,25 @@ class GAGPOAgent:
         self.num_timesteps = 0
         self.iteration = 0
 
-        self.env_id, self.env_kwargs = (None, dict(env_kwargs or {}))
+        self.env_id, self.env_kwargs, self.env_wrappers = None, dict(env_kwargs or {}), []
         if isinstance(env, GroupedVectorEnv):
             self.env = env
             self.env_id = env.spec.id if env.spec is not None else None
         else:
-            self.env_id, spec_kwargs = _env_id_of(env)
+            self.env_id, spec_kwargs, self.env_wrappers = _env_source(env)
+            self.env_wrappers = self.env_wrappers or [tuple(w) for w in _env_wrappers or []]
             self.env_kwargs = {**spec_kwargs, **self.env_kwargs}
             self.env = self._make_vec_env(c.num_groups, c.group_size, c.vec_mode)
 
         corpus = None
         if self.env_id is not None:
             corpus = functools.partial(
-                collect_env_text, functools.partial(make_env, self.env_id, self.env_kwargs, None), seed=c.seed
+                collect_env_text,
+                functools.partial(make_env, self.env_id, self.env_kwargs, None, self.env_wrappers),
+                seed=c.seed,
             )
-        models: Models = build_models(c, model, corpus=corpus, checkpoint=_checkpoint)
+        with _quiet_hub() if _checkpoint is not None else contextlib.nullcontext():
+            models: Models = build_models(c, model, corpus=corpus, checkpoint=_checkpoint)
         self.policy, self.reference = models.policy, models.reference
         self.precision = self.policy.precision
         self.prompts = PromptBuilder(
@@ -129,6 +164,7 @@ class GAGPOAgent:
         self.optimizer = torch.optim.AdamW(self.params, lr=c.learning_rate, weight_decay=c.weight_decay)
         self.buffer = GroupRolloutBuffer(c)
         self.set_logger(self._default_logger(log_dir))
+        self._mark_boundary()
 
     # ----- construction ---------------------------------------------------------------------------------
     def _wrap_kwargs(self) -> dict[str, Any]:
@@ -143,20 +179,27 @@ class GAGPOAgent:
     def _make_vec_env(self, num_groups: int, group_size: int, mode: str) -> GroupedVectorEnv:
         if self.env_id is None:
             raise ValueError("this agent's env has no registered id; pass an env to evaluate()")
-        factory = functools.partial(make_env, self.env_id, self.env_kwargs, self._wrap_kwargs())
+        factory = functools.partial(make_env, self.env_id, self.env_kwargs, self._wrap_kwargs(), self.env_wrappers)
         return GroupedVectorEnv(factory, num_groups, group_size, mode=mode, task_pool=self.config.task_pool or None)
 
     def _default_logger(self, log_dir: str | None) -> Logger:
+        """SB3's logger: one line per iteration at ``verbose=1``, SB3's table at 2; CSV/JSON/TB in ``log_dir``."""
+        outputs: list = []
+        if self.verbose == 1:
+            outputs.append(OneLineOutput())
+        elif self.verbose >= 2:
+            outputs.append(HumanOutputFormat(sys.stdout))
         if log_dir is not None:
-            formats = ["stdout", "csv", "json"] if self.verbose else ["csv", "json"]
+            os.makedirs(log_dir, exist_ok=True)
+            formats = ["csv", "json"]
             try:
                 import torch.utils.tensorboard  # noqa: F401
 
                 formats.append("tensorboard")
             except ImportError:
                 pass
-            return configure(log_dir, formats)
-        return Logger(folder=None, output_formats=[HumanOutputFormat(sys.stdout)] if self.verbose else [])
+            outputs += [make_output_format(f, log_dir) for f in formats]
+        return Logger(folder=log_dir, output_formats=outputs)
 
     # ----- SB3-style accessors --------------------------------------------------------------------------
     def set_logger(self, logger: Logger) -> None:
@@ -164,6 +207,10 @@ class GAGPOAgent:
 
     def get_env(self) -> GroupedVectorEnv:
         return self.env
+
+    def get_vec_normalize_env(self) -> None:
+        """Text observations are never normalised (SB3's CheckpointCallback asks)."""
+        return None
 
     # ----- acting ---------------------------------------------------------------------------------------
     def _prompt(self, obs: str, info: dict[str, Any]) -> list[int]:
@@ -205,6 +252,13 @@ class GAGPOAgent:
         lengths = np.zeros(env.num_envs, dtype=int)
         while env.active.any():
             idx = np.flatnonzero(env.active)
+            if c.action_mode == "choose":
+                for i in idx:
+                    if not current[i].get("admissible_actions"):
+                        raise ValueError(
+                            f"{self.env_id}: task {current[i].get('task_id')!r} offers no admissible actions at step "
+                            f"{lengths[i]}; choose mode picks among them (use action_mode='generate')"
+                        )
             t0 = time.perf_counter()
             prompts = [self._prompt(obs[i], current[i]) for i in idx]
             out = self.policy.act(prompts, [current[i]["admissible_actions"] for i in idx], rng=self.rng)
@@ -217,6 +271,12 @@ class GAGPOAgent:
             obs, rewards, terminated, truncated, infos = env.step(actions)
             stats["env_s"] += time.perf_counter() - t0
             next_infos = {int(i): info_at(infos, i) for i in idx}
+            for i in idx:
+                if not np.isfinite(rewards[i]):
+                    raise ValueError(
+                        f"{self.env_id} returned reward {rewards[i]} for task {next_infos[i].get('task_id')!r} "
+                        f"at step {lengths[i] + 1} (action {actions[i]!r}): rewards must be finite"
+                    )
             next_values = self._bootstrap_values(idx, obs, next_infos, truncated)
             for k, i in enumerate(idx):
                 info = next_infos[i]
@@ -248,6 +308,10 @@ class GAGPOAgent:
                     episodes.append({"return": returns[i], "length": lengths[i], "won": bool(info.get("won", False))})
                 current[i] = info
             self.num_timesteps += len(idx)
+            # What SB3's on-policy loop offers callbacks: only the members stepped this time can be done.
+            stepped = np.zeros(env.num_envs, dtype=bool)
+            stepped[idx] = True
+            new_obs, dones = obs, (np.asarray(terminated) | np.asarray(truncated)) & stepped  # noqa: F841
             n_active = len(idx)  # noqa: F841  (read by the progress bar through locals)
             callback.update_locals(locals())
             if not callback.on_step():
@@ -423,7 +487,13 @@ class GAGPOAgent:
         elif callback is None:
             callback = CallbackList([])
         if progress_bar:
-            callback = CallbackList([callback, _StepProgressBar()])
+            callback = CallbackList([callback, StepProgressBar()])
+        stack = [callback]
+        while stack:  # SB3's own progress bars count env steps taken, not sub-envs per vector step
+            cb = stack.pop()
+            stack += getattr(cb, "callbacks", [])
+            if isinstance(cb, ProgressBarCallback) and not isinstance(cb, StepProgressBar):
+                step_accurate(cb)
         callback.init_callback(self)
         return callback
 
@@ -435,7 +505,11 @@ class GAGPOAgent:
         log_interval: int = 1,
         reset_num_timesteps: bool = True,
     ) -> GAGPOAgent:
-        """Train until ``total_timesteps`` env steps (actions) have been taken; returns self."""
+        """Train until ``total_timesteps`` env steps (actions) have been taken; returns self.
+
+        An iteration is never cut: the one in progress when the count is reached is finished (every group
+        plays its task to the end and is trained on), so a run takes up to one iteration's steps more.
+        """
         if reset_num_timesteps:
             self.num_timesteps = 0
             self.iteration = 0
@@ -450,6 +524,7 @@ class GAGPOAgent:
             self.logger.record("time/rollout_s", time.perf_counter() - t0)
             self.train()
             self.iteration += 1
+            self._mark_boundary()
             self.logger.record("time/iterations", self.iteration)
             self.logger.record("time/total_timesteps", self.num_timesteps)
             if log_interval and self.iteration % log_interval == 0:
@@ -460,47 +535,81 @@ class GAGPOAgent:
     # ----- evaluation -----------------------------------------------------------------------------------
     def evaluate(
         self, env: str | None = None, n_tasks: int = 50, *, deterministic: bool = True, batch_size: int = 16,
-        seed_offset: int = 0, env_kwargs: dict[str, Any] | None = None,
+        seed_offset: int = 0, env_kwargs: dict[str, Any] | None = None, episodes: bool = False,
     ) -> dict[str, Any]:  # fmt: skip
         """Play a fixed panel of tasks (seeds ``seed_offset .. seed_offset + n_tasks - 1``), each once.
 
-        Returns success rate, mean return, mean length, invalid rate and per-task-type success.
+        Returns success rate, score, mean return, mean length, invalid rate and per-task-type success;
+        ``episodes=True`` adds one row per episode.
         """
         env_id = env or self.env_id
         kwargs = self.env_kwargs if env is None else dict(env_kwargs or {})
         if env_id is None:
             raise ValueError("pass an env id to evaluate()")
-        factory = functools.partial(make_env, env_id, kwargs, self._wrap_kwargs())
+        wrappers = self.env_wrappers if env is None else []
+        factory = functools.partial(make_env, env_id, kwargs, self._wrap_kwargs(), wrappers)
         return run_panel(
             lambda o, i, venv, idx: self.predict(o, i, deterministic=deterministic),
-            factory, n_tasks, batch_size=batch_size, seed_offset=seed_offset,
+            factory, n_tasks, batch_size=batch_size, seed_offset=seed_offset, episodes=episodes,
         )  # fmt: skip
 
     # ----- persistence ----------------------------------------------------------------------------------
+    def _mark_boundary(self) -> None:
+        """Remember the counters and RNG states between two iterations: what a checkpoint holds.
+
+        Weights and optimiser only change in the update, so a save() called mid-rollout (SB3's
+        CheckpointCallback saves in on_step) still writes a consistent state, the last iteration boundary, and
+        the resumed run continues exactly as the uninterrupted one.
+        """
+        self._boundary = {
+            "num_timesteps": self.num_timesteps,
+            "iteration": self.iteration,
+            "numpy_rng": self.rng.bit_generator.state,
+            "torch_rng": torch.get_rng_state(),
+        }
+
     def save(self, path: str | os.PathLike) -> None:
         """A folder: model + tokenizer (safetensors, fp32 master weights), value head, optimizer and RNG state,
-        config and counters as JSON, and a manifest of every file's SHA-256 that :meth:`load` checks."""
+        config and counters as JSON, and a manifest of every file's SHA-256 that :meth:`load` checks.
+
+        A path ending in ``.zip`` (as SB3's CheckpointCallback names them) gets that folder as a zip file.
+        """
+        path = Path(path)
+        if path.suffix == ".zip":
+            with tempfile.TemporaryDirectory() as tmp:
+                self.save(Path(tmp) / "agent")
+                path.parent.mkdir(parents=True, exist_ok=True)
+                with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as archive:
+                    for file in sorted((Path(tmp) / "agent").rglob("*")):
+                        if file.is_file():
+                            archive.write(file, file.relative_to(Path(tmp) / "agent"))
+            return
+        self._save_folder(path)
+
+    def _save_folder(self, path: Path) -> None:
         from safetensors.torch import save_file
 
-        path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
-        self.policy.model.save_pretrained(path / "model")
-        self.policy.tokenizer.save_pretrained(path / "model")
+        with _quiet_hub():
+            self.policy.model.save_pretrained(path / "model")
+            self.policy.tokenizer.save_pretrained(path / "model")
         if self.policy.value_head is not None:
             save_file(
                 {k: v.contiguous() for k, v in self.policy.value_head.state_dict().items()},
                 path / "value_head.safetensors",
             )
         torch.save(self.optimizer.state_dict(), path / "optimizer.pt")
-        save_file({"torch": torch.get_rng_state()}, path / "rng.safetensors")
+        boundary = self._boundary
+        save_file({"torch": boundary["torch_rng"]}, path / "rng.safetensors")
         meta = {
             "config": self.config.to_dict(),
             "model_source": self.model_source,
             "env_id": self.env_id,
             "env_kwargs": self.env_kwargs,
-            "num_timesteps": self.num_timesteps,
-            "iteration": self.iteration,
-            "numpy_rng": self.rng.bit_generator.state,
+            "env_wrappers": self.env_wrappers,
+            "num_timesteps": boundary["num_timesteps"],
+            "iteration": boundary["iteration"],
+            "numpy_rng": boundary["numpy_rng"],
         }
         (path / AGENT_FILE).write_text(json.dumps(meta, indent=2))
         files = sorted(p for p in path.rglob("*") if p.is_file() and p.name != MANIFEST_FILE)
@@ -537,9 +646,20 @@ class GAGPOAgent:
         Every file is checked against the manifest first. ``env`` replaces the saved env id; ``overrides``
         replace saved hyperparameters. The KL reference is the initial policy again, not the saved weights.
         """
+        path = Path(path)
+        if path.is_file() and zipfile.is_zipfile(path):
+            with tempfile.TemporaryDirectory() as tmp, zipfile.ZipFile(path) as archive:
+                for name in archive.namelist():
+                    if Path(name).is_absolute() or ".." in Path(name).parts:
+                        raise ValueError(f"saved agent {path}: unsafe file name {name!r} in the archive")
+                archive.extractall(tmp)
+                return cls.load(tmp, env, verbose=verbose, log_dir=log_dir, **overrides)
+        return cls._load_folder(path, env, verbose=verbose, log_dir=log_dir, **overrides)
+
+    @classmethod
+    def _load_folder(cls, path: Path, env: Any, *, verbose: int, log_dir: str | None, **overrides: Any) -> GAGPOAgent:
         from safetensors.torch import load_file
 
-        path = Path(path)
         cls.verify_checkpoint(path)
         meta = json.loads((path / AGENT_FILE).read_text())
         values = {**meta["config"], **overrides}
@@ -549,6 +669,7 @@ class GAGPOAgent:
             model=meta["model_source"],
             estimator=values["estimator"],
             env_kwargs=meta["env_kwargs"] if env is None else None,
+            _env_wrappers=meta.get("env_wrappers") if env is None else None,
             verbose=verbose,
             log_dir=log_dir,
             _checkpoint=path,
@@ -560,4 +681,5 @@ class GAGPOAgent:
         agent.num_timesteps, agent.iteration = meta["num_timesteps"], meta["iteration"]
         agent.rng.bit_generator.state = meta["numpy_rng"]
         torch.set_rng_state(load_file(path / "rng.safetensors")["torch"])
+        agent._mark_boundary()
         return agent

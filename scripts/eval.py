@@ -61,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
 def evaluate_agent(path: str, env_id: str, env_kwargs: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
     from agents.gagpo import GAGPOAgent
 
-    agent = GAGPOAgent.load(path, torch_threads=1)
+    agent = GAGPOAgent.load(path, verbose=0, torch_threads=1)
     return agent.evaluate(
         env_id,
         n_tasks=args.n_tasks,
@@ -69,6 +69,7 @@ def evaluate_agent(path: str, env_id: str, env_kwargs: dict[str, Any], args: arg
         batch_size=args.batch_size,
         seed_offset=args.seed_offset,
         env_kwargs=env_kwargs,
+        episodes=True,
     )
 
 

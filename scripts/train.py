@@ -31,39 +31,6 @@ from _common import (
     table_row,
     validated_config,
 )
-from stable_baselines3.common.callbacks import CheckpointCallback
-
-
-class IterationCheckpoint(CheckpointCallback):
-    """SB3's CheckpointCallback, counted in env steps and saved between iterations.
-
-    A checkpoint taken mid-rollout would hold a half-collected rollout that is never trained on; saving when the
-    next rollout starts (just after an update) makes a resumed run continue exactly where this one was.
-    """
-
-    def __init__(self, save_freq: int, save_path: str, name_prefix: str = "agent", verbose: int = 0) -> None:
-        super().__init__(save_freq, save_path, name_prefix=name_prefix, verbose=verbose)
-        self._next = save_freq
-
-    def _on_training_start(self) -> None:
-        self._next = (self.num_timesteps // self.save_freq + 1) * self.save_freq
-
-    def _on_step(self) -> bool:
-        return True
-
-    def _on_rollout_start(self) -> None:
-        self._save_if_due()
-
-    def _on_training_end(self) -> None:
-        self._save_if_due()
-
-    def _save_if_due(self) -> None:
-        if self.num_timesteps >= self._next:
-            path = Path(self.save_path) / f"{self.name_prefix}_{self.num_timesteps}_steps"
-            self.model.save(path)
-            self._next = (self.num_timesteps // self.save_freq + 1) * self.save_freq
-            if self.verbose:
-                print(f"checkpoint: {path}")
 
 
 def build_parser() -> tuple[argparse.ArgumentParser, list[str]]:
@@ -103,6 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     env_kwargs = parse_json_kwargs(args.env_kwargs)
 
     import gagpo_gym
+    from agents.callbacks import IterationCheckpoint
     from agents.gagpo import AGENT_FILE, GAGPOAgent
 
     verbose = 0 if args.quiet else 1

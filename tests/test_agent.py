@@ -24,6 +24,7 @@ import gagpo_gym
 from agents import GAGPOAgent, GAGPOConfig
 from agents import advantages as adv
 from agents.buffer import GroupRolloutBuffer, Row
+from agents.callbacks import IterationCheckpoint
 from agents.evaluation import info_at, run_panel
 from agents.loss import clipped_policy_loss, k3_kl
 from agents.policy import LLMPolicy
@@ -551,25 +552,38 @@ def test_callback_returning_false_stops_training() -> None:
     assert all(torch.equal(p, q) for p, q in zip(before, agent.policy.parameters()))  # no update happened
 
 
-def test_checkpoint_callback_writes_loadable_checkpoints(tmp_path: Path) -> None:
+def test_sb3_checkpoint_callback_saves_the_last_iteration_boundary(tmp_path: Path) -> None:
     agent = make_agent(seed=4)
-    agent.learn(30, callback=CheckpointCallback(save_freq=4, save_path=str(tmp_path), name_prefix="ck"))
+    boundaries: list[int] = []
+    train = agent.train
+    agent.train = lambda: (train(), boundaries.append(agent.num_timesteps))
+    callback = CheckpointCallback(save_freq=4, save_path=str(tmp_path), name_prefix="ck", save_vecnormalize=True)
+    agent.learn(30, callback=callback)
     saved = sorted(tmp_path.glob("ck_*_steps.zip"), key=lambda p: int(p.name.split("_")[1]))
-    assert saved and all(p.is_dir() for p in saved)
-    last = saved[-1]
-    loaded = GAGPOAgent.load(last)
-    assert loaded.num_timesteps == int(last.name.split("_")[1]) > 0
-    assert loaded.config == agent.config
+    assert saved and all(p.is_file() for p in saved)  # real zip files, as SB3 names them
+    for path in (saved[0], saved[-1]):
+        loaded = GAGPOAgent.load(path, verbose=0)
+        # Saved mid-rollout, it holds the last trained state: steps at an iteration boundary, never more.
+        assert loaded.num_timesteps in [0, *boundaries] and loaded.num_timesteps <= int(path.name.split("_")[1])
+        assert loaded.config == agent.config
+
+
+def test_iteration_checkpoint_names_the_steps_it_holds(tmp_path: Path) -> None:
+    agent = make_agent(seed=4)
+    agent.learn(60, callback=IterationCheckpoint(save_freq=10, save_path=str(tmp_path), name_prefix="it"))
+    saved = sorted(tmp_path.glob("it_*_steps"), key=lambda p: int(p.name.split("_")[1]))
+    assert len(saved) >= 2 and saved[-1].name == f"it_{agent.num_timesteps}_steps"
+    for path in saved:
+        assert GAGPOAgent.load(path, verbose=0).num_timesteps == int(path.name.split("_")[1])
 
 
 def test_progress_bars(agent: GAGPOAgent) -> None:
     agent.learn(20, progress_bar=True)  # the agent's own bar: advanced by the env steps actually taken
     first = agent.num_timesteps
     assert first >= 20
-    bar = ProgressBarCallback()  # SB3's, unchanged
+    bar = ProgressBarCallback()  # SB3's own class: counts env steps taken, ends at n/n
     agent.learn(20, callback=bar, reset_num_timesteps=False)
-    assert bar.pbar.total == 20 and bar.pbar.n > 0
-    assert agent.num_timesteps >= first + 20
+    assert bar.pbar.n == bar.pbar.total == agent.num_timesteps - first >= 20
 
 
 def test_seeded_runs_are_reproducible() -> None:

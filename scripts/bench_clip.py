@@ -1,0 +1,87 @@
+"""How far a real model's length-normalised action ratio moves in an update, and so which clip range binds.
+
+    python scripts/bench_clip.py --model .cache/smollm2-135m-instruct --iterations 2
+
+Fine-tunes a pretrained chat model in generate mode and records |rho - 1| of every action in every minibatch
+after the first optimiser step of an iteration (the first minibatch is on-policy: rho = 1). Prints the share of
+actions that PPO's clip 0.2 and GSPO-like ranges (3e-4 / 4e-4) would clip, per setting (full fine-tuning at the
+pretrained default lr, LoRA at a typical LoRA lr). The defaults in ``agents.config`` come from this.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import agents.gagpo as gagpo  # noqa: E402
+from agents import GAGPOAgent  # noqa: E402
+
+RANGES = {"ppo 0.2": (0.2, 0.2), "gspo 3e-4/4e-4": (3e-4, 4e-4)}
+
+
+def measure(model: str, setting: dict, iterations: int, seed: int) -> dict:
+    deviations: list[float] = []
+    original = gagpo.clipped_policy_loss
+
+    def recording(logp, old, mask, advantages, **kwargs):
+        m = mask.float()
+        rho = torch.exp(((logp - old) * m).sum(-1) / m.sum(-1).clamp(min=1)).detach()
+        deviations.append(rho.cpu().numpy() - 1.0)
+        return original(logp, old, mask, advantages, **kwargs)
+
+    agent = GAGPOAgent(
+        "gagpo_gym/FrozenLake-v0", model=model, action_mode="generate", num_groups=2, group_size=4,
+        minibatch_size=4, n_epochs=2, max_new_tokens=24, history_length=0, torch_threads=1, verbose=0,
+        seed=seed, env_kwargs={"max_episode_steps": 2}, **setting,
+    )  # fmt: skip
+    gagpo.clipped_policy_loss = recording
+    t0 = time.perf_counter()
+    try:
+        per_iteration = []
+        for _ in range(iterations):
+            deviations.clear()
+            agent.learn(1, reset_num_timesteps=False)
+            per_iteration.append(np.concatenate(deviations[1:]))  # minibatch 0 is on-policy
+    finally:
+        gagpo.clipped_policy_loss = original
+    dev = np.concatenate(per_iteration)
+    out = {
+        "actions": int(dev.size),
+        "median_abs_dev": float(np.median(np.abs(dev))),
+        "max_abs_dev": float(np.abs(dev).max()),
+    }
+    for name, (low, high) in RANGES.items():
+        out[f"clipped {name}"] = float(np.mean((dev > high) | (dev < -low)))
+    out["seconds"] = time.perf_counter() - t0
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", required=True, help="a local pretrained checkpoint folder")
+    parser.add_argument("--iterations", type=int, default=2)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, default=None, help="write the results as JSON")
+    args = parser.parse_args()
+    settings = {
+        "full fine-tuning, lr 1e-6": {"learning_rate": 1e-6},
+        "LoRA r=8, lr 1e-5": {"learning_rate": 1e-5, "lora_r": 8},
+    }
+    results = {}
+    for name, setting in settings.items():
+        results[name] = measure(args.model, setting, args.iterations, args.seed)
+        print(name, json.dumps(results[name]), flush=True)
+    if args.out:
+        args.out.write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
