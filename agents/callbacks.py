@@ -91,13 +91,14 @@ class OneLineOutput(KVWriter):
         ("time/update_s", "update_s", "{:.1f}"),
     )
 
-    def __init__(self, stream: TextIO = sys.stdout) -> None:
-        self.stream = stream
+    def __init__(self, stream: TextIO | None = None) -> None:
+        self.stream = stream  # None: whatever sys.stdout is when a line is written
 
     def write(self, key_values: dict[str, Any], key_excluded: dict, step: int = 0) -> None:
         parts = [f"{label} {fmt.format(key_values[k])}" for k, label, fmt in self.FIELDS if k in key_values]
-        self.stream.write(" | ".join(parts) + "\n")
-        self.stream.flush()
+        stream = self.stream or sys.stdout
+        stream.write(" | ".join(parts) + "\n")
+        stream.flush()
 
     def close(self) -> None:
         pass

@@ -49,7 +49,14 @@ def collect_env_text(make_env: Callable[[], gym.Env], episodes: int = 48, seed: 
                 texts.append(" | ".join(admissible))
                 if not admissible:
                     break
-                action = env.unwrapped.expert_action() if use_expert else admissible[rng.integers(len(admissible))]
+                action = None
+                if use_expert:
+                    try:
+                        action = env.unwrapped.expert_action()
+                    except NotImplementedError:  # the env contract's default: no expert
+                        has_expert = use_expert = False
+                if action is None:
+                    action = admissible[rng.integers(len(admissible))]
                 obs, _, terminated, truncated, info = env.step(action)
                 texts.append(obs)
                 if terminated or truncated:

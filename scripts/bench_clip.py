@@ -4,7 +4,7 @@
 
 Fine-tunes a pretrained chat model in generate mode and records |rho - 1| of every action in every minibatch
 after the first optimiser step of an iteration (the first minibatch is on-policy: rho = 1). Prints the share of
-actions that PPO's clip 0.2 and GSPO-like ranges (3e-4 / 4e-4) would clip, per setting (full fine-tuning at the
+actions that PPO's clip 0.2, GSPO's ranges (3e-4 / 4e-4) and ranges between would clip, per setting (full fine-tuning at the
 pretrained default lr, LoRA at a typical LoRA lr). The defaults in ``agents.config`` come from this.
 """
 
@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import agents.gagpo as gagpo  # noqa: E402
 from agents import GAGPOAgent  # noqa: E402
 
-RANGES = {"ppo 0.2": (0.2, 0.2), "gspo 3e-4/4e-4": (3e-4, 4e-4)}
+RANGES = {"ppo 0.2": (0.2, 0.2), "gspo 3e-4/4e-4": (3e-4, 4e-4)} | {f"{e:g}": (e, e) for e in (1e-3, 3e-3, 1e-2, 3e-2)}
 
 
 def measure(model: str, setting: dict, iterations: int, seed: int) -> dict:
@@ -58,6 +58,8 @@ def measure(model: str, setting: dict, iterations: int, seed: int) -> dict:
         "median_abs_dev": float(np.median(np.abs(dev))),
         "max_abs_dev": float(np.abs(dev).max()),
     }
+    for q in (50, 80, 90, 95):
+        out[f"p{q}_abs_dev"] = float(np.percentile(np.abs(dev), q))
     for name, (low, high) in RANGES.items():
         out[f"clipped {name}"] = float(np.mean((dev > high) | (dev < -low)))
     out["seconds"] = time.perf_counter() - t0

@@ -1,0 +1,237 @@
+"""What a user hits in the first hour: checkpoint integrity, exact resume, the made env's settings, SB3's
+callbacks, readable errors for bad values and bad env output, and quiet default logging."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from stable_baselines3.common.callbacks import BaseCallback, StopTrainingOnMaxEpisodes
+
+import gagpo_gym
+from agents import GAGPOAgent, GAGPOConfig
+from agents.callbacks import OneLineOutput
+from gagpo_gym.core import TextEnv
+
+ENV = "gagpo_gym/FrozenLake-v0"
+SMALL: dict[str, Any] = {
+    "num_groups": 2, "group_size": 2, "minibatch_size": 8, "torch_threads": 1, "verbose": 0,
+    "tiny_hidden_size": 32, "history_length": 1, "learning_rate": 3e-3, "env_kwargs": {"max_episode_steps": 4},
+}  # fmt: skip
+
+
+def params(agent: GAGPOAgent) -> list[torch.Tensor]:
+    return [p.detach().clone() for p in agent.policy.parameters()]
+
+
+# ----- 4. checkpoint integrity ---------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory) -> Path:
+    agent = GAGPOAgent(ENV, seed=1, **SMALL)
+    agent.learn(8)
+    path = tmp_path_factory.mktemp("saved") / "agent"
+    agent.save(path)
+    return path
+
+
+def test_missing_tokenizer_is_named(saved: Path, tmp_path: Path) -> None:
+    broken = shutil.copytree(saved, tmp_path / "broken")
+    (broken / "model" / "tokenizer.json").unlink()
+    with pytest.raises(FileNotFoundError, match=r"is missing model/tokenizer\.json"):
+        GAGPOAgent.load(broken, verbose=0)
+
+
+def test_altered_weights_are_named(saved: Path, tmp_path: Path) -> None:
+    broken = shutil.copytree(saved, tmp_path / "broken")
+    weights = broken / "model" / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-64:] = b"\xff" * 64  # same size, some weights now NaN
+    weights.write_bytes(bytes(data))
+    with pytest.raises(ValueError, match=r"model/model\.safetensors was altered"):
+        GAGPOAgent.load(broken, verbose=0)
+
+
+def test_checkpoint_without_manifest_is_refused(saved: Path, tmp_path: Path) -> None:
+    broken = shutil.copytree(saved, tmp_path / "broken")
+    (broken / "manifest.json").unlink()
+    with pytest.raises(FileNotFoundError, match="has no manifest.json"):
+        GAGPOAgent.load(broken, verbose=0)
+
+
+# ----- 7. exact resume ------------------------------------------------------------------------------------
+def test_save_load_resume_equals_the_uninterrupted_run(tmp_path: Path) -> None:
+    straight = GAGPOAgent(ENV, seed=3, **SMALL)
+    straight.learn(30)
+    straight.learn(30, reset_num_timesteps=False)
+
+    first = GAGPOAgent(ENV, seed=3, **SMALL)
+    first.learn(30)
+    first.save(tmp_path / "mid")
+    resumed = GAGPOAgent.load(tmp_path / "mid", verbose=0)
+    resumed.learn(30, reset_num_timesteps=False)
+
+    assert resumed.num_timesteps == straight.num_timesteps and resumed.iteration == straight.iteration
+    assert resumed.last_rollout["episodes"] == straight.last_rollout["episodes"]
+    assert all(torch.equal(a, b) for a, b in zip(params(straight), params(resumed)))
+
+
+def test_a_save_mid_rollout_resumes_from_the_last_boundary(tmp_path: Path) -> None:
+    class SaveAtStep(BaseCallback):
+        def _on_step(self) -> bool:
+            if self.n_calls == 3:
+                self.model.save(tmp_path / "mid")
+            return True
+
+    straight = GAGPOAgent(ENV, seed=5, **SMALL)
+    straight.learn(30)
+    boundary = straight.num_timesteps
+    straight.learn(20, reset_num_timesteps=False)
+    saver = GAGPOAgent(ENV, seed=5, **SMALL)
+    saver.learn(30)
+    saver.learn(20, callback=SaveAtStep(), reset_num_timesteps=False)
+    resumed = GAGPOAgent.load(tmp_path / "mid", verbose=0)
+    assert resumed.num_timesteps == boundary  # the untrained half rollout is not in the checkpoint
+    resumed.learn(20, reset_num_timesteps=False)
+    assert all(torch.equal(a, b) for a, b in zip(params(straight), params(resumed)))
+
+
+# ----- 6. the made env's settings and wrappers ----------------------------------------------------------
+def test_made_env_keeps_its_step_limit_and_wrappers(tmp_path: Path) -> None:
+    env = gym.wrappers.RecordEpisodeStatistics(gym.make(ENV, max_episode_steps=2))
+    agent = GAGPOAgent(env, **{**SMALL, "env_kwargs": None})
+    assert agent.env_kwargs["max_episode_steps"] == 2
+    agent.learn(4)
+    assert max(e["length"] for e in agent.last_rollout["episodes"]) <= 2
+    sub_env, layers = agent.env._workers.envs[0], []
+    while hasattr(sub_env, "env"):
+        layers.append(type(sub_env).__name__)
+        sub_env = sub_env.env
+    assert "RecordEpisodeStatistics" in layers
+    agent.save(tmp_path / "a")
+    loaded = GAGPOAgent.load(tmp_path / "a", verbose=0)
+    assert loaded.env_kwargs["max_episode_steps"] == 2 and loaded.env_wrappers == agent.env_wrappers
+
+
+def test_vector_env_is_refused_clearly() -> None:
+    venv = gym.make_vec(ENV, num_envs=2, vectorization_mode="sync")
+    with pytest.raises(ValueError, match="builds its own grouped vector env"):
+        GAGPOAgent(venv, **SMALL)
+    venv.close()
+
+
+# ----- 8. SB3 callbacks -----------------------------------------------------------------------------------
+def test_stop_training_on_max_episodes_and_sb3_locals() -> None:
+    seen: dict[str, Any] = {}
+
+    class Peek(BaseCallback):
+        def _on_step(self) -> bool:
+            for key in ("dones", "infos", "new_obs", "rewards"):
+                seen.setdefault(key, self.locals[key])
+            return True
+
+    agent = GAGPOAgent(ENV, seed=2, **SMALL)
+    stop = StopTrainingOnMaxEpisodes(max_episodes=1)  # 1 per sub-env: 4 episodes
+    agent.learn(10_000, callback=[Peek(), stop])
+    assert agent.num_timesteps <= 16  # stopped within the first rollout
+    assert seen["dones"].shape == (4,) and len(seen["new_obs"]) == 4 and len(seen["rewards"]) == 4
+
+
+# ----- 10. typed config ---------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"num_groups": 2.5}, "num_groups must be a finite int, got 2.5"),
+        ({"num_groups": "4"}, "num_groups must be a finite int, got '4'"),
+        ({"learning_rate": float("inf")}, "learning_rate must be a finite number or None, got inf"),
+        ({"dtype": "float8"}, "dtype must be one of"),
+        ({"show_admissible": "no"}, "show_admissible must be True or False, got 'no'"),
+        ({"device": "tpu"}, "device must be 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps', got 'tpu'"),
+    ],
+)
+def test_config_values_are_type_checked(kwargs: dict, match: str) -> None:
+    with pytest.raises(ValueError, match=match.replace("(", r"\(").replace(")", r"\)")):
+        GAGPOConfig(**kwargs)
+
+
+# ----- 11. bad env output and bad paths ------------------------------------------------------------------
+class Faulty(TextEnv):
+    """A one-room env whose second step returns a NaN reward or whose admissible list runs dry."""
+
+    def __init__(self, fault: str = "nan") -> None:
+        super().__init__()
+        self.fault, self.t = fault, 0
+
+    def _new_task(self, options: dict[str, Any]) -> str:
+        self.t, self.task, self.task_id = 0, "Wait.", "faulty-task-7"
+        return "A room."
+
+    def _execute(self, command: str) -> tuple[str, float, bool]:
+        self.t += 1
+        reward = float("nan") if self.fault == "nan" and self.t == 2 else 0.0
+        return "A room.", reward, False
+
+    def admissible_actions(self) -> list[str]:
+        return [] if self.fault == "empty" and self.t >= 1 else ["wait"]
+
+    def state_string(self) -> str:
+        return str(self.t)
+
+
+FAULTY = gagpo_gym.register_text_env("TestFaulty-v0", Faulty, max_episode_steps=5)
+
+
+def test_nan_reward_is_reported_at_the_step_with_env_and_task() -> None:
+    agent = GAGPOAgent(FAULTY, **{**SMALL, "env_kwargs": {"fault": "nan"}})
+    with pytest.raises(ValueError, match=r"TestFaulty-v0 returned reward nan for task 'faulty-task-7' at step 2"):
+        agent.learn(10)
+
+
+def test_empty_admissible_list_in_choose_mode_names_env_and_task() -> None:
+    agent = GAGPOAgent(FAULTY, **{**SMALL, "env_kwargs": {"fault": "empty"}})
+    with pytest.raises(ValueError, match=r"TestFaulty-v0: task 'faulty-task-7' offers no admissible actions at step 1"):
+        agent.learn(10)
+
+
+def test_mistyped_local_model_path_says_the_folder_does_not_exist(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="model folder .* does not exist"):
+        GAGPOAgent(ENV, model=str(tmp_path / "no-such-model"), **SMALL)
+
+
+# ----- 12. friction -------------------------------------------------------------------------------------
+def test_verbose_1_prints_one_line_per_iteration(capsys) -> None:
+    agent = GAGPOAgent(ENV, seed=2, **{**SMALL, "verbose": 1})
+    assert any(isinstance(f, OneLineOutput) for f in agent.logger.output_formats)
+    agent.learn(20)
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.strip()]
+    assert len(lines) == agent.iteration >= 2
+    assert all(line.startswith("iter ") and "success" in line for line in lines)
+
+
+def test_one_line_output_formats_the_fields() -> None:
+    out = io.StringIO()
+    OneLineOutput(out).write({"time/iterations": 3, "time/total_timesteps": 96, "rollout/success_rate": 0.5}, {})
+    assert out.getvalue() == "iter 3 | steps 96 | success 0.50\n"
+
+
+def test_evaluate_returns_a_summary_and_episodes_on_request() -> None:
+    agent = GAGPOAgent(ENV, seed=2, **SMALL)
+    summary = agent.evaluate(n_tasks=3)
+    assert "episodes" not in summary and summary["n_tasks"] == 3
+    full = agent.evaluate(n_tasks=3, episodes=True)
+    assert [e["seed"] for e in full["episodes"]] == [0, 1, 2]
+    assert json.dumps(summary)  # plain numbers
+
+
+def test_save_and_load_print_no_progress_bars(saved: Path, tmp_path: Path, capsys) -> None:
+    agent = GAGPOAgent.load(saved, verbose=0)
+    agent.save(tmp_path / "again")
+    captured = capsys.readouterr()
+    assert "it/s" not in captured.err + captured.out and "Loading weights" not in captured.err + captured.out
+    assert np.isfinite(agent.evaluate(n_tasks=1)["mean_return"])
