@@ -3,9 +3,10 @@
     python scripts/bench_clip.py --model .cache/smollm2-135m-instruct --iterations 2
 
 Fine-tunes a pretrained chat model in generate mode and records |rho - 1| of every action in every minibatch
-after the first optimiser step of an iteration (the first minibatch is on-policy: rho = 1). Prints the share of
-actions that PPO's clip 0.2, GSPO's ranges (3e-4 / 4e-4) and ranges between would clip, per setting (full fine-tuning at the
-pretrained default lr, LoRA at a typical LoRA lr). The defaults in ``agents.config`` come from this.
+after the first optimiser step of an iteration (the first minibatch is on-policy: rho = 1). Prints quantiles
+of |rho - 1| and the share of actions that PPO's clip 0.2, GSPO's ranges (3e-4 / 4e-4) and ranges between
+would clip, per setting (full fine-tuning at the pretrained default lr, LoRA at a typical LoRA lr). The
+generate-mode defaults in ``agents.config`` come from this.
 """
 
 from __future__ import annotations
