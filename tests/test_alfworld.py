@@ -99,13 +99,13 @@ def play_planner_expert(seeds: list[int]) -> list[str]:
 
 
 @needs_data
-def test_planner_expert_wins_every_valid_unseen_game_within_50_steps():
-    """All 134 games, split over two worker processes (about 3 s of CPU per game: loading the game and the
-    first fast-downward plan dominate)."""
-    halves = [list(range(0, 134, 2)), list(range(1, 134, 2))]
+def test_planner_expert_wins_a_fixed_sample_of_valid_unseen_games_within_50_steps():
+    """Seeds 0..19 (task types take turns, so all six are in), split over two worker processes (about 3 s of CPU
+    per game). The whole split is scripts/alfworld_table.py's job (the expert wins all 134 there)."""
+    halves = [list(range(0, 20, 2)), list(range(1, 20, 2))]
     with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn")) as pool:
         task_ids = [t for ids in pool.map(play_planner_expert, halves) for t in ids]
-    assert len(set(task_ids)) == 134
+    assert len(set(task_ids)) == 20
 
 
 @needs_data
