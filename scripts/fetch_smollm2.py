@@ -46,8 +46,10 @@ def fetch_smollm2(cache: Path = DEFAULT_CACHE) -> Path:
         folder = (Path(tmp) / member).parent
         tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=GGUF_NAME)
         model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=GGUF_NAME, dtype=torch.float32)
-        # Dequantised weights are plain fp32 tensors: drop the GGUF quantisation record so they can be saved.
-        del model.config.quantization_config
+        # Dequantised weights are plain fp32 tensors: drop the GGUF quantisation record (transformers 5 keeps one)
+        # so that they can be saved.
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
         model.hf_quantizer = None
         partial = cache.with_name(cache.name + ".partial")
         model.save_pretrained(partial)
