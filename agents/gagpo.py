@@ -34,7 +34,7 @@ from agents.config import GAGPOConfig
 from agents.evaluation import info_at, make_env, run_panel
 from agents.loss import clipped_policy_loss, k3_kl
 from agents.models import Models, build_models
-from agents.policy import budget_batches
+from agents.policy import PolicyCore, budget_batches
 from agents.tiny import collect_env_text
 from wrappers import GroupedVectorEnv, PromptBuilder
 
@@ -156,6 +156,7 @@ class GAGPOAgent:
         with _quiet_hub() if _checkpoint is not None else contextlib.nullcontext():
             models: Models = build_models(c, model, corpus=corpus, checkpoint=_checkpoint)
         self.policy, self.reference = models.policy, models.reference
+        self.reference_core = PolicyCore(self.reference) if self.reference is not None else None
         self.precision = self.policy.precision
         self.prompts = PromptBuilder(
             self.policy.tokenizer, c.action_mode, c.max_prompt_tokens, show_admissible=c.show_admissible
@@ -261,7 +262,8 @@ class GAGPOAgent:
                         )
             t0 = time.perf_counter()
             prompts = [self._prompt(obs[i], current[i]) for i in idx]
-            out = self.policy.act(prompts, [current[i]["admissible_actions"] for i in idx], rng=self.rng)
+            seeds = [self._action_seed(env, i, int(lengths[i])) for i in idx]
+            out = self.policy.act(prompts, [current[i]["admissible_actions"] for i in idx], seeds=seeds)
             stats["gen_s"] += time.perf_counter() - t0
             stats["tokens"] += out.scored_tokens
             actions: list[Any] = [None] * env.num_envs
@@ -321,6 +323,13 @@ class GAGPOAgent:
         callback.on_rollout_end()
         return True
 
+    def _action_seed(self, env: GroupedVectorEnv, i: int, step: int) -> int:
+        """The random stream of one action: a function of (seed, iteration, group, member, step) alone, so the
+        rollout does not depend on batching or on how groups are spread over processes."""
+        group = self.iteration * env.num_groups + int(env.group_index[i])
+        member = int(i) % env.group_size
+        return int(np.random.SeedSequence([self.config.seed, group, member, step]).generate_state(2, np.uint64)[0] >> 1)
+
     def _bootstrap_values(self, idx, obs, infos, truncated) -> dict[int, float]:
         """V(s_T) of truncated final states, for the PPO baseline's GAE."""
         cut = [int(i) for i in idx if truncated[i]]
@@ -335,13 +344,13 @@ class GAGPOAgent:
         sizes = [len(r.prompt_ids) + len(r.response_ids) + sum(len(c) for c in r.candidate_ids) for r in rows]
         return [[rows[i] for i in batch] for batch in budget_batches(sizes, self.config.token_budget)]
 
-    def _evaluate_rows(self, rows: list[Row], model=None, *, entropy: bool = True):
+    def _evaluate_rows(self, rows: list[Row], core=None, *, entropy: bool = True):
         return self.policy.evaluate(
             [r.prompt_ids for r in rows],
             responses=[r.response_ids for r in rows],
             candidates=[r.candidate_ids for r in rows],
             chosen=[r.chosen for r in rows],
-            model=model,
+            core=core,
             entropy=entropy,
         )
 
@@ -371,8 +380,8 @@ class GAGPOAgent:
         self.logger.record("rollout/entropy", float(np.mean(entropy)) if entropy else 0.0)
 
     def _reference_eval(self, rows: list[Row]) -> torch.Tensor:
-        if self.reference is not None:
-            return self._evaluate_rows(rows, self.reference, entropy=False).logp
+        if self.reference_core is not None:
+            return self._evaluate_rows(rows, self.reference_core, entropy=False).logp
         with self.policy.model.disable_adapter():  # LoRA: the base model is the initial policy
             return self._evaluate_rows(rows, entropy=False).logp
 

@@ -137,14 +137,16 @@ def sample_responses(
     greedy: bool,
     stop_ids: Sequence[int],
     stop_texts: Sequence[str] = STOP_TEXTS,
-    generator: torch.Generator | None = None,
+    seeds: Sequence[int] | None = None,
 ) -> tuple[list[list[int]], list[np.ndarray]]:
     """Sample a response per prompt with the model's KV cache; return the tokens and their log-probs.
 
     The distribution is exactly ``softmax(logits / temperature)`` (no top-k, top-p, repetition penalty or
-    minimum length: nothing the checkpoint carries), or its argmax when ``greedy``. A response stops after an
-    eos id (kept, so the model learns to stop) or once its text contains a stop text such as ``</action>``.
-    Only the sampled tokens' log-probs are kept.
+    minimum length: nothing the checkpoint carries), or its argmax when ``greedy``. Each row draws from its own
+    random stream (``seeds``, Gumbel-max), so a response does not depend on the batch it was sampled in: the
+    same seeds give the same rollout on one process or split across ranks. A response stops after an eos id
+    (kept, so the model learns to stop) or once its text contains a stop text such as ``</action>``. Only the
+    sampled tokens' log-probs are kept.
     """
     device = next(model.parameters()).device
     ids, mask = _pad(prompts, tokenizer.pad_token_id, left=True)
@@ -157,6 +159,11 @@ def sample_responses(
     lengths = torch.full((batch,), max_new_tokens, dtype=torch.long)
     running = torch.ones(batch, dtype=torch.bool, device=device)
     may_close: dict[int, bool] = {}  # token id -> its text could end a stop text
+    generators = []
+    if not greedy:
+        if seeds is None or len(seeds) != batch:
+            raise ValueError("sampling needs one seed per prompt")
+        generators = [torch.Generator(device=device).manual_seed(int(s)) for s in seeds]
     cache = None
     step_ids, step_pos = ids, positions
     for t in range(max_new_tokens):
@@ -173,8 +180,9 @@ def sample_responses(
         log_probs = torch.log_softmax(logits, -1)
         if greedy:
             chosen = log_probs.argmax(-1)
-        else:
-            chosen = torch.multinomial(log_probs.exp(), 1, generator=generator).squeeze(-1)
+        else:  # Gumbel-max: argmax(log p + Gumbel noise) is a draw from p
+            u = torch.stack([torch.rand(log_probs.shape[-1], generator=g, device=device) for g in generators])
+            chosen = (log_probs - torch.log(-torch.log(u.clamp(min=1e-20)))).argmax(-1)
         chosen = torch.where(running, chosen, torch.full_like(chosen, tokenizer.pad_token_id))
         tokens[:, t] = chosen
         logps[:, t] = log_probs.gather(-1, chosen[:, None]).squeeze(-1)
@@ -196,6 +204,48 @@ def sample_responses(
     tokens, logps = tokens.cpu(), logps.cpu()
     responses = [tokens[b, : lengths[b]].tolist() for b in range(batch)]
     return responses, [logps[b, : lengths[b]].numpy().astype(np.float64) for b in range(batch)]
+
+
+def _as_long(device: torch.device, *lists: Sequence[int]) -> list[torch.Tensor]:
+    return [torch.as_tensor(list(x), dtype=torch.long, device=device) for x in lists]
+
+
+class PolicyCore(nn.Module):
+    """Every forward that trains (and every scoring forward) as one root module's ``forward``.
+
+    DDP and FSDP hook the root module: its forward is where DDP prepares gradient reduction and where FSDP
+    gathers the root's parameters (embeddings, head). So the decoder, the vocabulary head and the value head all
+    run inside this forward, and the agent hands this module (wrapped or not) to accelerate.
+    """
+
+    def __init__(self, model: nn.Module, value_head: nn.Module | None = None) -> None:
+        super().__init__()
+        self.model, self.value_head = model, value_head
+
+    def forward(
+        self,
+        ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        positions: torch.Tensor | None,
+        pred_rows: torch.Tensor,
+        pred_cols: torch.Tensor,
+        targets: torch.Tensor,
+        end_cols: torch.Tensor,
+        *,
+        temperature: float,
+        entropy: bool,
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor, torch.Tensor | None]:
+        """log p(targets) predicted at (pred_rows, pred_cols), their entropy, and each row's hidden state and
+        value estimate at ``end_cols`` (the prompt's last position)."""
+        hidden = self.model.get_decoder()(
+            input_ids=ids, attention_mask=attention_mask, position_ids=positions, use_cache=False
+        ).last_hidden_state
+        logp, ent = token_log_probs(
+            self.model.get_output_embeddings(), hidden[pred_rows, pred_cols], targets, temperature, entropy=entropy
+        )
+        end = hidden[torch.arange(hidden.shape[0], device=hidden.device), end_cols]
+        values = None if self.value_head is None else self.value_head(end.float()).squeeze(-1)
+        return logp, ent, end, values
 
 
 @dataclass
@@ -226,7 +276,7 @@ class GenerationBackend(Protocol):
     """What a generation engine provides: sampled response ids with their log-probs, and weight sync."""
 
     def generate(
-        self, prompts: list[list[int]], *, max_new_tokens: int, temperature: float, greedy: bool, seed: int
+        self, prompts: list[list[int]], *, max_new_tokens: int, temperature: float, greedy: bool, seeds: list[int]
     ) -> tuple[list[list[int]], list[np.ndarray]]: ...
 
     def sync_weights(self, model: nn.Module) -> None: ...
@@ -242,23 +292,22 @@ class HFGenerationBackend:
     def sync_weights(self, model: nn.Module) -> None:
         self.model = model
 
-    def generate(self, prompts, *, max_new_tokens, temperature, greedy, seed):
-        generator = torch.Generator(device=self.precision.device).manual_seed(seed)
+    def generate(self, prompts, *, max_new_tokens, temperature, greedy, seeds):
         with self.precision.autocast():
             return sample_responses(
                 self.model, self.tokenizer, prompts, max_new_tokens=max_new_tokens, temperature=temperature,
-                greedy=greedy, stop_ids=self.stop_ids, generator=generator,
+                greedy=greedy, stop_ids=self.stop_ids, seeds=seeds,
             )  # fmt: skip
 
 
 class ActionMode(Protocol):
     """How a policy turns prompts into actions, and scores stored actions for the update."""
 
-    def act(self, prompts: list[list[int]], admissible: list[list[str]], rng: np.random.Generator,
+    def act(self, prompts: list[list[int]], admissible: list[list[str]], seeds: list[int],
             deterministic: bool) -> Rollout: ...  # fmt: skip
 
     def evaluate(self, prompts: list[list[int]], responses: list[list[int]], candidates: list[list[list[int]]],
-                 chosen: list[int], model: nn.Module | None, entropy: bool) -> Evaluation: ...  # fmt: skip
+                 chosen: list[int], core: nn.Module, entropy: bool) -> Evaluation: ...  # fmt: skip
 
 
 class GenerateMode:
@@ -267,14 +316,14 @@ class GenerateMode:
     def __init__(self, policy: LLMPolicy) -> None:
         self.policy = policy
 
-    def act(self, prompts, admissible, rng, deterministic) -> Rollout:
+    def act(self, prompts, admissible, seeds, deterministic) -> Rollout:
         p = self.policy
         responses, logps = [], []
         sizes = [len(x) + p.max_new_tokens for x in prompts]
         for batch in budget_batches(sizes, p.token_budget):
             r, lp = p.backend.generate(
                 [prompts[i] for i in batch], max_new_tokens=p.max_new_tokens, temperature=p.temperature,
-                greedy=deterministic, seed=int(rng.integers(2**63 - 1)),
+                greedy=deterministic, seeds=[seeds[i] for i in batch],
             )  # fmt: skip
             responses += r
             logps += lp
@@ -282,25 +331,25 @@ class GenerateMode:
         values = []
         if p.value_head is not None:
             with p.precision.autocast():
-                values = self._forward(prompts, responses, None, entropy=False)[3].tolist()
+                values = self._forward(prompts, responses, p.forward_core, entropy=False)[3].tolist()
         scored = sum(len(x) + len(r) for x, r in zip(prompts, responses))
         return Rollout(texts, list(prompts), responses, logp=logps, values=values, scored_tokens=scored)
 
-    def _forward(self, prompts, responses, model, entropy: bool):
+    def _forward(self, prompts, responses, core, entropy: bool):
         """Token log-probs [B, T], mask [B, T], entropy [B] or None, values [B] or None."""
         p = self.policy
         device = p.device
         seqs = [list(x) + list(r) for x, r in zip(prompts, responses)]
         ids, mask = _pad(seqs, p.tokenizer.pad_token_id, left=False)
-        hidden = p.backbone(model)(input_ids=ids.to(device), attention_mask=mask.to(device), use_cache=False)
-        hidden = hidden.last_hidden_state
         # Response token j of row b sits at position len(prompt) + j and is predicted from the position before.
         rows = [b for b, r in enumerate(responses) for _ in r]
         cols = [len(x) - 1 + j for x, r in zip(prompts, responses) for j in range(len(r))]
-        targets = torch.as_tensor([t for r in responses for t in r], dtype=torch.long, device=device)
-        flat_logp, flat_entropy = token_log_probs(
-            p.head(model), hidden[rows, cols], targets, p.temperature, entropy=entropy
-        )
+        targets = [t for r in responses for t in r]
+        ends = [len(x) - 1 for x in prompts]
+        flat_logp, flat_entropy, _, values = core(
+            ids.to(device), mask.to(device), None, *_as_long(device, rows, cols, targets, ends),
+            temperature=p.temperature, entropy=entropy,
+        )  # fmt: skip
         r_ids, r_mask = _pad(responses, 0, left=False)
         r_mask = r_mask.to(device).bool()
         logp = torch.zeros(r_ids.shape, dtype=torch.float32, device=device).masked_scatter(r_mask, flat_logp)
@@ -308,12 +357,10 @@ class GenerateMode:
         if entropy:
             per_token = torch.zeros_like(logp).masked_scatter(r_mask, flat_entropy)
             ent = per_token.sum(-1) / r_mask.sum(-1).clamp(min=1)
-        prompt_end = hidden[torch.arange(len(prompts), device=device), torch.as_tensor([len(x) - 1 for x in prompts])]
-        values = p.value(prompt_end) if model is None else None
         return logp, r_mask.float(), ent, values
 
-    def evaluate(self, prompts, responses, candidates, chosen, model, entropy) -> Evaluation:
-        return Evaluation(*self._forward(prompts, responses, model, entropy))
+    def evaluate(self, prompts, responses, candidates, chosen, core, entropy) -> Evaluation:
+        return Evaluation(*self._forward(prompts, responses, core, entropy))
 
 
 class ChooseMode:
@@ -325,15 +372,16 @@ class ChooseMode:
         self.policy, self.score = policy, score
 
     def score_candidates(
-        self, prompts: list[list[int]], candidates: list[list[list[int]]], model: nn.Module | None = None
-    ) -> tuple[list[torch.Tensor], list[torch.Tensor], torch.Tensor]:
+        self, prompts: list[list[int]], candidates: list[list[list[int]]], core: nn.Module | None = None
+    ) -> tuple[list[torch.Tensor], list[torch.Tensor], torch.Tensor | None]:
         """Sequence log-probs of every candidate of every prompt, in one packed forward.
 
         Row b holds prompt b followed by all its candidates; a candidate attends to the prompt and to its own
         earlier tokens, and its positions continue the prompt's. Returns per prompt the candidates' sequence
-        log-probs [K] and token counts [K], and the prompts' last hidden states [B, H] (for the value head).
+        log-probs [K] and token counts [K], and the value head's estimates [B] (None without one).
         """
         p = self.policy
+        core = core or p.forward_core
         device = p.device
         if len(prompts) != len(candidates):
             raise ValueError(f"{len(prompts)} prompts but {len(candidates)} candidate lists")
@@ -351,9 +399,6 @@ class ChooseMode:
         q, k = seg[:, :, None], seg[:, None, :]
         allowed = causal & (k >= 0) & ((k == 0) | (k == q))
         allowed |= torch.eye(width, dtype=torch.bool, device=device)  # padding rows attend to themselves
-        hidden = p.backbone(model)(
-            input_ids=ids, attention_mask=p.attention_mask(allowed[:, None], model), position_ids=pos, use_cache=False
-        ).last_hidden_state
         # Token j of a candidate is predicted by the prompt's last position (j = 0) or by its token j - 1.
         pred_rows, pred_cols, owner, sizes = [], [], [], []
         cand_index = 0
@@ -366,20 +411,23 @@ class ChooseMode:
                 col += len(c)
                 cand_index += 1
             sizes.append(len(cands))
-        targets = torch.as_tensor([t for cands in candidates for c in cands for t in c], device=device)
-        token_logp, _ = token_log_probs(p.head(model), hidden[pred_rows, pred_cols], targets)
+        targets = [t for cands in candidates for c in cands for t in c]
+        ends = [len(x) - 1 for x in prompts]
+        token_logp, _, _, values = core(
+            ids, p.attention_mask(allowed[:, None]), pos, *_as_long(device, pred_rows, pred_cols, targets, ends),
+            temperature=1.0, entropy=False,
+        )  # fmt: skip
         owner_t = torch.as_tensor(owner, device=device)
         seq_logp = torch.zeros(cand_index, device=device).index_add(0, owner_t, token_logp)
         counts = torch.as_tensor([len(c) for cands in candidates for c in cands], device=device)
-        last = hidden[torch.arange(len(prompts), device=device), torch.as_tensor([len(x) - 1 for x in prompts])]
-        return list(seq_logp.split(sizes)), list(counts.split(sizes)), last
+        return list(seq_logp.split(sizes)), list(counts.split(sizes)), values
 
     def choice_log_probs(self, seq_logp: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
         """log pi over one prompt's candidates from their sequence log-probs."""
         score = seq_logp / counts if self.score == "mean" else seq_logp
         return torch.log_softmax(score / self.policy.temperature, -1)
 
-    def act(self, prompts, admissible, rng, deterministic) -> Rollout:
+    def act(self, prompts, admissible, seeds, deterministic) -> Rollout:
         p = self.policy
         if any(not a for a in admissible):
             raise ValueError("choose mode needs a non-empty admissible action list for every prompt")
@@ -391,17 +439,19 @@ class ChooseMode:
         with p.precision.autocast():
             for batch in budget_batches(sizes, p.token_budget):
                 rows = [order[i] for i in batch]
-                seq, counts, hidden = self.score_candidates([prompts[i] for i in rows], [candidates[i] for i in rows])
+                seq, counts, value = self.score_candidates([prompts[i] for i in rows], [candidates[i] for i in rows])
                 log_pis += [self.choice_log_probs(s, n).cpu().numpy().astype(np.float64) for s, n in zip(seq, counts)]
-                if p.value_head is not None:
-                    values += p.value(hidden).tolist()
+                if value is not None:
+                    values += value.tolist()
         rollout = Rollout([], list(prompts), candidate_ids=candidates, scored_tokens=sum(sizes))
         for row, s in enumerate(slot):
             log_pi = log_pis[s]
             if deterministic:
                 choice = int(np.argmax(log_pi))
-            else:
-                choice = int(rng.choice(len(log_pi), p=np.exp(log_pi) / np.exp(log_pi).sum()))
+            else:  # inverse CDF with the row's own uniform draw: independent of how rows were batched
+                cdf = np.cumsum(np.exp(log_pi))
+                u = np.random.default_rng(seeds[row]).random() * cdf[-1]
+                choice = int(min(np.searchsorted(cdf, u, side="right"), len(log_pi) - 1))
             rollout.texts.append(admissible[row][choice])
             rollout.chosen.append(choice)
             rollout.logp.append(log_pi[choice : choice + 1])
@@ -409,10 +459,10 @@ class ChooseMode:
                 rollout.values.append(float(values[s]))
         return rollout
 
-    def evaluate(self, prompts, responses, candidates, chosen, model, entropy) -> Evaluation:
+    def evaluate(self, prompts, responses, candidates, chosen, core, entropy) -> Evaluation:
         order, slot = _unique_slots(prompts, candidates)
-        seq_logp, counts, hidden = self.score_candidates(
-            [prompts[i] for i in order], [candidates[i] for i in order], model
+        seq_logp, counts, value = self.score_candidates(
+            [prompts[i] for i in order], [candidates[i] for i in order], core
         )
         logp, ent = [], []
         for s, c in zip(slot, chosen):
@@ -420,7 +470,7 @@ class ChooseMode:
             logp.append(log_pi[c])
             ent.append(-(log_pi.exp() * log_pi).sum())
         logp_t = torch.stack(logp)[:, None]
-        values = None if model is not None or self.policy.value_head is None else self.policy.value(hidden)[slot]
+        values = None if value is None else value[slot]
         return Evaluation(logp_t, torch.ones_like(logp_t), torch.stack(ent), values)
 
 
@@ -455,7 +505,7 @@ class LLMPolicy(nn.Module):
         super().__init__()
         if tokenizer.pad_token_id is None or tokenizer.eos_token_id is None:
             raise ValueError("the tokenizer needs pad_token_id and eos_token_id")
-        self.model, self.tokenizer = model, tokenizer
+        self.tokenizer = tokenizer
         self.precision = precision or Precision(next(model.parameters()).device, torch.float32)
         self.action_mode, self.temperature, self.max_new_tokens = action_mode, temperature, max_new_tokens
         self.token_budget = token_budget
@@ -465,18 +515,28 @@ class LLMPolicy(nn.Module):
             self.actions = ChooseMode(self, choose_score)
         else:
             raise ValueError(f"action_mode must be 'generate' or 'choose', got {action_mode!r}")
-        hidden = model.config.get_text_config().hidden_size
-        self.value_head = nn.Linear(hidden, 1) if value_head else None
-        if self.value_head is not None:
-            nn.init.zeros_(self.value_head.weight)
-            nn.init.zeros_(self.value_head.bias)
-            self.value_head.to(device=self.device, dtype=torch.float32)
+        head = None
+        if value_head:
+            head = nn.Linear(model.config.get_text_config().hidden_size, 1)
+            nn.init.zeros_(head.weight)
+            nn.init.zeros_(head.bias)
+            head.to(device=next(model.parameters()).device, dtype=torch.float32)
+        self.core = PolicyCore(model, head)
+        self.forward_core: nn.Module = self.core  # what forwards go through: the core, or its DDP/FSDP wrapper
         self.backend: GenerationBackend = HFGenerationBackend(model, tokenizer, self.precision)
         self._action_tokens: dict[str, list[int]] = {}
 
     @property
+    def model(self) -> nn.Module:
+        return self.core.model
+
+    @property
+    def value_head(self) -> nn.Module | None:
+        return self.core.value_head
+
+    @property
     def device(self) -> torch.device:
-        return next(self.model.parameters()).device
+        return self.precision.device
 
     # ----- building blocks ----------------------------------------------------------------------------
     def action_tokens(self, action: str) -> list[int]:
@@ -486,22 +546,14 @@ class LLMPolicy(nn.Module):
             self._action_tokens[action] = list(ids) + [self.tokenizer.eos_token_id]
         return self._action_tokens[action]
 
-    def backbone(self, model: nn.Module | None = None) -> nn.Module:
-        return (model or self.model).get_decoder()
+    def backbone(self) -> nn.Module:
+        return self.model.get_decoder()
 
-    def head(self, model: nn.Module | None = None) -> nn.Module:
-        return (model or self.model).get_output_embeddings()
-
-    def attention_mask(self, allowed: torch.Tensor, model: nn.Module | None = None) -> torch.Tensor:
+    def attention_mask(self, allowed: torch.Tensor) -> torch.Tensor:
         """A 4D mask in the form the model's attention expects: boolean, or additive for eager attention."""
-        if getattr((model or self.model).config, "_attn_implementation", None) == "eager":
+        if getattr(self.model.config, "_attn_implementation", None) == "eager":
             return torch.zeros(allowed.shape, device=allowed.device).masked_fill(~allowed, torch.finfo().min)
         return allowed
-
-    def value(self, hidden: torch.Tensor) -> torch.Tensor | None:
-        if self.value_head is None:
-            return None
-        return self.value_head(hidden.float()).squeeze(-1).float()
 
     # ----- acting and scoring ---------------------------------------------------------------------------
     @torch.no_grad()
@@ -510,11 +562,19 @@ class LLMPolicy(nn.Module):
         prompts: list[list[int]],
         admissible: list[list[str]],
         *,
-        rng: np.random.Generator,
+        seeds: Sequence[int] | None = None,
+        rng: np.random.Generator | None = None,
         deterministic: bool = False,
     ) -> Rollout:
-        """Choose one action per prompt (identical prompts are scored once in choose mode)."""
-        return self.actions.act(prompts, admissible, rng, deterministic)
+        """Choose one action per prompt (identical prompts are scored once in choose mode).
+
+        Each prompt samples from its own random stream: ``seeds`` (one per prompt), or seeds drawn from ``rng``.
+        """
+        if seeds is None:
+            if rng is None and not deterministic:
+                raise ValueError("act() needs seeds or an rng to sample")
+            seeds = [] if rng is None else rng.integers(2**63 - 1, size=len(prompts)).tolist()
+        return self.actions.act(prompts, admissible, list(seeds), deterministic)
 
     @torch.no_grad()
     def values(self, prompts: list[list[int]]) -> list[float]:
@@ -523,12 +583,13 @@ class LLMPolicy(nn.Module):
             raise ValueError("this policy has no value head")
         ids, mask = _pad(prompts, self.tokenizer.pad_token_id, left=True)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        ends = [ids.shape[1] - 1] * len(prompts)  # left padding: every prompt ends in the last column
         with self.precision.autocast():
-            hidden = self.backbone()(
-                input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
-                position_ids=positions.to(self.device), use_cache=False,
-            ).last_hidden_state[:, -1]  # fmt: skip
-        return self.value(hidden).tolist()
+            *_, values = self.forward_core(
+                ids.to(self.device), mask.to(self.device), positions.to(self.device),
+                *_as_long(self.device, [], [], [], ends), temperature=1.0, entropy=False,
+            )  # fmt: skip
+        return values.float().tolist()
 
     def evaluate(
         self,
@@ -537,12 +598,11 @@ class LLMPolicy(nn.Module):
         responses: list[list[int]] | None = None,
         candidates: list[list[list[int]]] | None = None,
         chosen: list[int] | None = None,
-        model: nn.Module | None = None,
+        core: nn.Module | None = None,
         entropy: bool = True,
     ) -> Evaluation:
-        """Log-probs, entropy (when asked) and values of stored actions under the current (or a given) model.
-
-        This is the one forward behind the update, the recomputed behaviour log-probs and the reference's.
-        """
+        """Log-probs, entropy (when asked) and values of stored actions under the policy (or another core, e.g.
+        the KL reference's). This is the one forward behind the update, the recomputed behaviour log-probs and
+        the reference's."""
         with self.precision.autocast():
-            return self.actions.evaluate(prompts, responses, candidates, chosen, model, entropy)
+            return self.actions.evaluate(prompts, responses, candidates, chosen, core or self.forward_core, entropy)
