@@ -7,6 +7,7 @@ are computed with the configured estimator; batch-level normalisation waits for 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -131,13 +132,23 @@ class GroupRolloutBuffer:
         )
         return a, a + values
 
-    def finalize(self) -> None:
-        """Apply batch-level normalisation (GAGPO with normalize="batch", and the PPO baseline)."""
+    def finalize(self, reduce: Callable[[list[float]], np.ndarray] | None = None) -> None:
+        """Apply batch-level normalisation (GAGPO with normalize="batch", and the PPO baseline).
+
+        ``reduce`` sums a few numbers over the ranks of a distributed run, so that the batch is every rank's rows.
+        """
         if not self.complete:
             raise RuntimeError("finalize() called while episodes are still running")
         c = self.config
         if (c.estimator == "gagpo" and c.normalize == "batch") or c.estimator == "ppo":
-            a = adv.normalize_advantages(self.advantages(), mode="batch", eps=c.adv_eps)
+            a = self.advantages()
+            if reduce is None:
+                a = adv.normalize_advantages(a, mode="batch", eps=c.adv_eps)
+            else:
+                n, total, squares = reduce([a.size, a.sum(), np.square(a).sum()])
+                mean = total / max(n, 1)
+                std = np.sqrt(max(squares - n * mean**2, 0.0) / (n - 1)) if n > 1 else 0.0
+                a = (a - mean) / (std + c.adv_eps) if n > 1 else np.zeros_like(a)
             for r, ai in zip(self.rows, a):
                 r.advantage = float(ai)
 

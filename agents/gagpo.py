@@ -13,6 +13,7 @@ import contextlib
 import functools
 import hashlib
 import json
+import math
 import os
 import sys
 import tempfile
@@ -31,6 +32,7 @@ from agents import advantages as adv
 from agents.buffer import GroupRolloutBuffer, Row
 from agents.callbacks import OneLineOutput, StepProgressBar, step_accurate
 from agents.config import GAGPOConfig
+from agents.distributed import Distributed
 from agents.evaluation import info_at, make_env, run_panel
 from agents.loss import clipped_policy_loss, k3_kl
 from agents.models import Models, build_models
@@ -132,19 +134,28 @@ class GAGPOAgent:
         torch.set_num_threads(c.torch_threads or max(1, (os.cpu_count() or 2) // 2))
         torch.manual_seed(c.seed)
         self.rng = np.random.default_rng(c.seed)
-        self.verbose = verbose
         self.num_timesteps = 0
         self.iteration = 0
+        self.dist = Distributed()
+        self.verbose = verbose if self.dist.is_main else 0  # logs come from the main process
 
         self.env_id, self.env_kwargs, self.env_wrappers = None, dict(env_kwargs or {}), []
-        if isinstance(env, GroupedVectorEnv):
+        if isinstance(env, GroupedVectorEnv):  # under a launch: this rank's own groups
             self.env = env
             self.env_id = env.spec.id if env.spec is not None else None
+            self.num_groups = env.num_groups * self.dist.world_size
         else:
+            if c.num_groups % self.dist.world_size:
+                raise ValueError(
+                    f"num_groups ({c.num_groups}) must be a multiple of the number of processes "
+                    f"({self.dist.world_size}): each rank plays whole groups"
+                )
+            self.num_groups = c.num_groups
             self.env_id, spec_kwargs, self.env_wrappers = _env_source(env)
             self.env_wrappers = self.env_wrappers or [tuple(w) for w in _env_wrappers or []]
             self.env_kwargs = {**spec_kwargs, **self.env_kwargs}
-            self.env = self._make_vec_env(c.num_groups, c.group_size, c.vec_mode)
+            self.env = self._make_vec_env(c.num_groups // self.dist.world_size, c.group_size, c.vec_mode)
+        self.group_offset = self.dist.rank * self.env.num_groups  # global index of this rank's first group
 
         corpus = None
         if self.env_id is not None:
@@ -154,15 +165,17 @@ class GAGPOAgent:
                 seed=c.seed,
             )
         with _quiet_hub() if _checkpoint is not None else contextlib.nullcontext():
-            models: Models = build_models(c, model, corpus=corpus, checkpoint=_checkpoint)
+            models: Models = build_models(c, model, corpus=corpus, checkpoint=_checkpoint, device=self.dist.device)
         self.policy, self.reference = models.policy, models.reference
         self.reference_core = PolicyCore(self.reference) if self.reference is not None else None
         self.precision = self.policy.precision
         self.prompts = PromptBuilder(
             self.policy.tokenizer, c.action_mode, c.max_prompt_tokens, show_admissible=c.show_admissible
         )
-        self.params = [p for p in self.policy.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(self.params, lr=c.learning_rate, weight_decay=c.weight_decay)
+        self.policy.forward_core = self.dist.prepare(self.policy.core)
+        self.params = [p for p in self.policy.forward_core.parameters() if p.requires_grad]
+        optimizer = torch.optim.AdamW(self.params, lr=c.learning_rate, weight_decay=c.weight_decay)
+        self.optimizer = self.dist.prepare_optimizer(optimizer)
         self.buffer = GroupRolloutBuffer(c)
         self.set_logger(self._default_logger(log_dir))
         self._mark_boundary()
@@ -238,15 +251,20 @@ class GAGPOAgent:
         env, c = self.env, self.config
         self.buffer.reset()
         self.policy.eval()
+        start_timesteps = self.num_timesteps
         callback.on_rollout_start()
-        # Task seeds of iteration k come from (seed, k): reproducible, resumable, and unrelated across seeds.
-        obs, infos = env.reset(seed=int(np.random.SeedSequence([c.seed, self.iteration]).generate_state(1)[0]))
+        # Task seeds of iteration k come from (seed, k): reproducible, resumable, and unrelated across seeds. All
+        # groups' seeds are drawn at once and each rank plays its slice: together, one process's tasks.
+        sampler = np.random.default_rng(int(np.random.SeedSequence([c.seed, self.iteration]).generate_state(1)[0]))
+        task_seeds = sampler.integers(0, env.task_pool or c.task_pool or 2**31 - 1, size=self.num_groups)
+        local_seeds = task_seeds[self.group_offset : self.group_offset + env.num_groups]
+        obs, infos = env.reset(options={"task_seeds": local_seeds})
         if "history" not in infos:
             raise ValueError("the GroupedVectorEnv's sub-envs must be wrapped with wrappers.wrap_text_env")
         current = [info_at(infos, i) for i in range(env.num_envs)]
         for g in range(env.num_groups):
             members = np.flatnonzero(env.group_index == g)
-            self.buffer.start_group(self.iteration * env.num_groups + g, env.episode_index[members].tolist())
+            self.buffer.start_group(self._group_id(g), env.episode_index[members].tolist())
         stats = {"gen_s": 0.0, "env_s": 0.0, "tokens": 0, "invalid": 0, "unparsed": 0}
         episodes: list[dict[str, Any]] = []
         returns = np.zeros(env.num_envs)
@@ -287,7 +305,7 @@ class GAGPOAgent:
                 stats["unparsed"] += not info.get("action_parsed", True)
                 self.buffer.add(
                     Row(
-                        group=self.iteration * env.num_groups + int(env.group_index[i]),
+                        group=self._group_id(int(env.group_index[i])),
                         episode=int(env.episode_index[i]),
                         prompt_ids=out.prompt_ids[k],
                         old_logp=out.logp[k],
@@ -318,15 +336,21 @@ class GAGPOAgent:
             callback.update_locals(locals())
             if not callback.on_step():
                 return False
-        self.buffer.finalize()
+        # Callbacks saw this rank's steps; from here on the count is every rank's.
+        self.num_timesteps = start_timesteps + int(self.dist.sum([len(self.buffer.rows)])[0])
+        self.buffer.finalize(self.dist.sum if self.dist.enabled else None)
         self._log_rollout(episodes, stats)
         callback.on_rollout_end()
         return True
 
+    def _group_id(self, local_group: int) -> int:
+        """A group's id in the buffer: unique across iterations and ranks."""
+        return self.iteration * self.num_groups + self.group_offset + local_group
+
     def _action_seed(self, env: GroupedVectorEnv, i: int, step: int) -> int:
         """The random stream of one action: a function of (seed, iteration, group, member, step) alone, so the
         rollout does not depend on batching or on how groups are spread over processes."""
-        group = self.iteration * env.num_groups + int(env.group_index[i])
+        group = self._group_id(int(env.group_index[i]))
         member = int(i) % env.group_size
         return int(np.random.SeedSequence([self.config.seed, group, member, step]).generate_state(2, np.uint64)[0] >> 1)
 
@@ -386,8 +410,15 @@ class GAGPOAgent:
             return self._evaluate_rows(rows, entropy=False).logp
 
     def train(self) -> None:
-        """n_epochs of clipped-PPO minibatch updates over the rollout."""
-        c = self.config
+        """n_epochs of clipped-PPO minibatch updates over the rollout.
+
+        Each epoch splits the rollout into ``ceil(rows / minibatch_size)`` minibatches of nearly equal size; each
+        minibatch is one optimiser step, its micro-batches (``token_budget``) accumulate gradients. In a launch,
+        every rank takes the same number of steps and forwards (a rank with fewer rows runs zero-weight ones),
+        and each rank's loss is weighted by its share of the global minibatch, so the reduced gradient is
+        exactly the one-process gradient.
+        """
+        c, dist = self.config, self.dist
         self.policy.train()
         rows = self.buffer.rows
         t0 = time.perf_counter()
@@ -395,52 +426,31 @@ class GAGPOAgent:
         logs: dict[str, list[float]] = {k: [] for k in keys}
         skipped = 0
         first_ratio_dev = None
+        steps = max(1, math.ceil(int(dist.sum([len(rows)])[0]) / c.minibatch_size))
         for _ in range(c.n_epochs):
             order = self.rng.permutation(len(rows))
-            for start in range(0, len(rows), c.minibatch_size):
-                minibatch = [rows[i] for i in order[start : start + c.minibatch_size]]
+            for chunk in np.array_split(order, steps):
+                minibatch = [rows[i] for i in chunk]
+                micros = self._micro_batches(minibatch)
+                sizes = dist.gather((len(minibatch), len(micros)))
+                global_rows, n_micro = sum(s[0] for s in sizes), max(s[1] for s in sizes)
                 self.optimizer.zero_grad(set_to_none=True)
-                finite = True
-                ratio_dev = 0.0
-                for micro in self._micro_batches(minibatch):
-                    weight = len(micro) / len(minibatch)
-                    ev = self._evaluate_rows(micro, entropy=c.ent_coef > 0)
-                    device = ev.logp.device
-                    old = self._padded([r.old_logp for r in micro], ev.logp)
-                    advantage = torch.as_tensor([r.advantage for r in micro], dtype=ev.logp.dtype, device=device)
-                    pg_loss, info = clipped_policy_loss(
-                        ev.logp, old, ev.mask, advantage,
-                        clip_low=c.clip_range_low, clip_high=c.clip_range_high, ratio=c.ratio,
-                    )  # fmt: skip
-                    ratio_dev = max(ratio_dev, float(info["ratio_dev_max"]))
-                    loss = pg_loss
-                    if c.ent_coef > 0:
-                        loss = loss - c.ent_coef * ev.entropy.mean()
-                        logs["entropy"].append(float(ev.entropy.mean().detach()))
-                    if c.kl_coef > 0:
-                        kl = k3_kl(ev.logp, self._padded([r.ref_logp for r in micro], ev.logp), ev.mask).mean()
-                        loss = loss + c.kl_coef * kl
-                        logs["kl"].append(float(kl.detach()))
-                    if ev.values is not None:
-                        target = torch.as_tensor([r.value_target for r in micro], device=ev.values.device)
-                        value_loss = torch.nn.functional.mse_loss(ev.values, target)
-                        loss = loss + c.vf_coef * value_loss
-                        logs["value_loss"].append(float(value_loss.detach()))
-                    if not torch.isfinite(loss):
-                        finite = False
-                        break
-                    (loss * weight).backward()
-                    logs["policy_loss"].append(float(pg_loss.detach()))
-                    logs["clip_fraction"].append(float(info["clip_fraction"]))
-                    logs["approx_kl"].append(float(info["approx_kl"]))
-                if first_ratio_dev is None:
-                    first_ratio_dev = ratio_dev  # before any step: on-policy, so the ratio must be 1
-                if not finite:
-                    skipped += 1
-                    self.optimizer.zero_grad(set_to_none=True)
-                    continue
-                grad_norm = torch.nn.utils.clip_grad_norm_(self.params, c.max_grad_norm)
-                if not torch.isfinite(grad_norm):
+                bad, ratio_dev = 0, 0.0
+                for k in range(n_micro):
+                    micro = micros[k] if k < len(micros) else []
+                    with dist.no_sync(self.policy.forward_core, skip=k < n_micro - 1):
+                        loss = self._micro_loss(micro, logs) if micro else None
+                        if loss is not None and not torch.isfinite(loss):
+                            bad, loss = 1, None
+                        if loss is None:
+                            dist.backward(self._zero_loss())  # keeps this rank's collectives in step
+                            continue
+                        dist.backward(loss * (len(micro) / global_rows * dist.world_size))
+                        ratio_dev = max(ratio_dev, logs["ratio_dev"].pop())
+                if first_ratio_dev is None:  # before any step: on-policy, so the ratio must be 1
+                    first_ratio_dev = max(dist.gather(ratio_dev))
+                grad_norm = dist.clip_grad_norm_(self.params, c.max_grad_norm)
+                if dist.sum([bad])[0] > 0 or not torch.isfinite(grad_norm):
                     skipped += 1
                     self.optimizer.zero_grad(set_to_none=True)
                     continue
@@ -450,8 +460,51 @@ class GAGPOAgent:
         self.logger.record("train/skipped_updates", skipped)
         self.logger.record("train/first_ratio_dev", first_ratio_dev or 0.0)
         for key, values in logs.items():
-            if values:
+            if values and key != "ratio_dev":
                 self.logger.record(f"train/{key}", float(np.mean(values)))
+
+    def _micro_loss(self, micro: list[Row], logs: dict[str, list[float]]) -> torch.Tensor:
+        """The loss of one micro-batch, a mean over its actions (logs its parts)."""
+        c = self.config
+        ev = self._evaluate_rows(micro, entropy=c.ent_coef > 0)
+        device = ev.logp.device
+        old = self._padded([r.old_logp for r in micro], ev.logp)
+        advantage = torch.as_tensor([r.advantage for r in micro], dtype=ev.logp.dtype, device=device)
+        pg_loss, info = clipped_policy_loss(
+            ev.logp, old, ev.mask, advantage, clip_low=c.clip_range_low, clip_high=c.clip_range_high, ratio=c.ratio
+        )
+        loss = pg_loss
+        if c.ent_coef > 0:
+            loss = loss - c.ent_coef * ev.entropy.mean()
+            logs["entropy"].append(float(ev.entropy.mean().detach()))
+        if c.kl_coef > 0:
+            kl = k3_kl(ev.logp, self._padded([r.ref_logp for r in micro], ev.logp), ev.mask).mean()
+            loss = loss + c.kl_coef * kl
+            logs["kl"].append(float(kl.detach()))
+        if ev.values is not None:
+            target = torch.as_tensor([r.value_target for r in micro], device=ev.values.device)
+            value_loss = torch.nn.functional.mse_loss(ev.values, target)
+            loss = loss + c.vf_coef * value_loss
+            logs["value_loss"].append(float(value_loss.detach()))
+        logs["policy_loss"].append(float(pg_loss.detach()))
+        logs["clip_fraction"].append(float(info["clip_fraction"]))
+        logs["approx_kl"].append(float(info["approx_kl"]))
+        logs.setdefault("ratio_dev", []).append(float(info["ratio_dev_max"]))
+        return loss
+
+    def _zero_loss(self) -> torch.Tensor:
+        """A zero loss through the whole wrapped model (one token, one prediction): a rank with no rows left
+        still runs the forward and backward its peers run, so DDP/FSDP collectives stay matched."""
+        device = self.policy.device
+        one = torch.ones((1, 1), dtype=torch.long, device=device)
+        zero = torch.zeros(1, dtype=torch.long, device=device)
+        with self.precision.autocast():
+            logp, _, end, values = self.policy.forward_core(
+                one * self.policy.tokenizer.pad_token_id, one, None, zero, zero, zero, zero,
+                temperature=1.0, entropy=False,
+            )  # fmt: skip
+        loss = logp.sum() + end.float().sum()
+        return (loss + values.sum() if values is not None else loss) * 0.0
 
     @staticmethod
     def _padded(values: list[np.ndarray], like: torch.Tensor) -> torch.Tensor:
@@ -462,9 +515,14 @@ class GAGPOAgent:
         return out.to(like.device)
 
     def _log_rollout(self, episodes: list[dict[str, Any]], stats: dict[str, float]) -> None:
+        """Rollout statistics over every rank's episodes and rows (advantage statistics: this rank's rows)."""
         rows = self.buffer.rows
         a = self.buffer.advantages()
-        n = len(rows)
+        if self.dist.enabled:
+            episodes = [e for part in self.dist.gather(episodes) for e in part]
+            keys = ("invalid", "unparsed", "tokens")
+            stats = {**stats, **dict(zip(keys, self.dist.sum([stats[k] for k in keys]).tolist()))}
+        n = int(self.dist.sum([len(rows)])[0])
         record = self.logger.record
         record("rollout/success_rate", float(np.mean([e["won"] for e in episodes])))
         record("rollout/ep_return_mean", float(np.mean([e["return"] for e in episodes])))
@@ -584,6 +642,9 @@ class GAGPOAgent:
         A path ending in ``.zip`` (as SB3's CheckpointCallback names them) gets that folder as a zip file.
         """
         path = Path(path)
+        if not self.dist.is_main:  # one writer; DDP ranks hold the same weights
+            self.dist.barrier()
+            return
         if path.suffix == ".zip":
             with tempfile.TemporaryDirectory() as tmp:
                 self.save(Path(tmp) / "agent")
@@ -624,6 +685,7 @@ class GAGPOAgent:
         files = sorted(p for p in path.rglob("*") if p.is_file() and p.name != MANIFEST_FILE)
         manifest = {str(p.relative_to(path)): _sha256(p) for p in files}
         (path / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2))
+        self.dist.barrier()
 
     @staticmethod
     def verify_checkpoint(path: str | os.PathLike) -> None:

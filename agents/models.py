@@ -135,19 +135,24 @@ class Models:
 
 
 def build_models(
-    config: Any, source: str, *, corpus: Callable[[], list[str]] | None = None, checkpoint: Path | None = None
+    config: Any,
+    source: str,
+    *,
+    corpus: Callable[[], list[str]] | None = None,
+    checkpoint: Path | None = None,
+    device: torch.device | None = None,
 ) -> Models:
     """The policy (and KL reference) for a resolved :class:`~agents.config.GAGPOConfig`.
 
     ``source`` is ``"tiny"`` (needs ``corpus``, the env text its tokenizer is trained on) or a checkpoint path or
     hub id. ``checkpoint`` is a saved agent's folder: its weights replace the source's, while the KL reference
-    stays the source's initial policy.
+    stays the source's initial policy. ``device`` overrides the config's (each rank of a launch its own).
     """
     from agents.policy import LLMPolicy
     from agents.tiny import build_tiny_model, train_tokenizer
 
     c = config
-    device = resolve_device(c.device)
+    device = device or resolve_device(c.device)
     precision = Precision(device, resolve_dtype(c.dtype, device))
     saved = checkpoint / "model" if checkpoint is not None else None
     tiny = source == "tiny"

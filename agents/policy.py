@@ -331,7 +331,7 @@ class GenerateMode:
         values = []
         if p.value_head is not None:
             with p.precision.autocast():
-                values = self._forward(prompts, responses, p.forward_core, entropy=False)[3].tolist()
+                values = self._forward(prompts, responses, p.core, entropy=False)[3].tolist()
         scored = sum(len(x) + len(r) for x, r in zip(prompts, responses))
         return Rollout(texts, list(prompts), responses, logp=logps, values=values, scored_tokens=scored)
 
@@ -381,7 +381,7 @@ class ChooseMode:
         log-probs [K] and token counts [K], and the value head's estimates [B] (None without one).
         """
         p = self.policy
-        core = core or p.forward_core
+        core = core or p.core
         device = p.device
         if len(prompts) != len(candidates):
             raise ValueError(f"{len(prompts)} prompts but {len(candidates)} candidate lists")
@@ -522,7 +522,9 @@ class LLMPolicy(nn.Module):
             nn.init.zeros_(head.bias)
             head.to(device=next(model.parameters()).device, dtype=torch.float32)
         self.core = PolicyCore(model, head)
-        self.forward_core: nn.Module = self.core  # what forwards go through: the core, or its DDP/FSDP wrapper
+        # Forwards with gradients go through the engine's wrapper (DDP/FSDP) once the agent prepares it; forwards
+        # without (rollouts, recomputed log-probs) use the plain core: replicated weights, no collectives.
+        self.forward_core: nn.Module = self.core
         self.backend: GenerationBackend = HFGenerationBackend(model, tokenizer, self.precision)
         self._action_tokens: dict[str, list[int]] = {}
 
@@ -585,7 +587,7 @@ class LLMPolicy(nn.Module):
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         ends = [ids.shape[1] - 1] * len(prompts)  # left padding: every prompt ends in the last column
         with self.precision.autocast():
-            *_, values = self.forward_core(
+            *_, values = self.core(
                 ids.to(self.device), mask.to(self.device), positions.to(self.device),
                 *_as_long(self.device, [], [], [], ends), temperature=1.0, entropy=False,
             )  # fmt: skip
@@ -603,6 +605,7 @@ class LLMPolicy(nn.Module):
     ) -> Evaluation:
         """Log-probs, entropy (when asked) and values of stored actions under the policy (or another core, e.g.
         the KL reference's). This is the one forward behind the update, the recomputed behaviour log-probs and
-        the reference's."""
+        the reference's. Without ``core``: the engine-wrapped core when gradients are on, the plain one if not."""
         with self.precision.autocast():
-            return self.actions.evaluate(prompts, responses, candidates, chosen, core or self.forward_core, entropy)
+            core = core or (self.forward_core if torch.is_grad_enabled() else self.core)
+            return self.actions.evaluate(prompts, responses, candidates, chosen, core, entropy)

@@ -1,0 +1,65 @@
+"""Data-parallel training on CPU with gloo: two torchrun processes x 2 groups equal one process x 4 groups."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from safetensors.torch import load_file
+
+ROOT = Path(__file__).resolve().parents[1]
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+
+
+def run(command: list[str], out: Path) -> None:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    (out / "log.txt").write_text(done.stdout + done.stderr)
+
+
+def rows_of(folder: Path) -> dict[str, float]:
+    rows: dict[str, float] = {}
+    for file in sorted(folder.glob("rows_*.json")):
+        part = json.loads(file.read_text())["rows"]
+        assert not set(part) & set(rows)  # a group never spans ranks
+        rows.update(part)
+    return rows
+
+
+def test_two_processes_equal_one_process(tmp_path: Path) -> None:
+    one, two = tmp_path / "one", tmp_path / "two"
+    one.mkdir(), two.mkdir()
+    worker = str(ROOT / "tests" / "distributed_worker.py")
+    run([sys.executable, worker, str(one)], one)
+    run([*TORCHRUN, worker, str(two)], two)
+    single, split = rows_of(one), rows_of(two)
+    assert len(list(two.glob("rows_*.json"))) == 2 and all(
+        json.loads(f.read_text())["rows"] for f in two.glob("rows_*")
+    )
+    assert single.keys() == split.keys()  # together, exactly the single process's tasks and steps
+    assert max(abs(single[k] - split[k]) for k in single) < 1e-9  # batch-normalised advantages, reduced exactly
+    steps = {json.loads(f.read_text())["steps"] for f in [*one.glob("rows_*"), *two.glob("rows_*")]}
+    assert steps == {len(single)}  # num_timesteps counts every rank's steps
+    a, b = load_file(one / "params.safetensors"), load_file(two / "params.safetensors")
+    diff = max(float((a[k] - b[k]).abs().max()) for k in a)
+    moved = max(float((a[k]).abs().max()) for k in a)
+    print(f"\nmax parameter difference, 2 processes vs 1: {diff:.3g}")
+    assert diff < 1e-5 and moved > 0
+
+
+@pytest.mark.parametrize("launcher", ["plain", "torchrun"])
+def test_train_script_runs_with_and_without_the_launcher(tmp_path: Path, launcher: str) -> None:
+    args = ["scripts/train.py", "--env", "gagpo_gym/FrozenLake-v0", "--env-kwargs", '{"max_episode_steps": 4}',
+            "--num-groups", "2", "--group-size", "2", "--tiny-hidden-size", "32", "--total-timesteps", "1",
+            "--torch-threads", "1", "--save-dir", str(tmp_path / "run"), "--quiet"]  # fmt: skip
+    command = [sys.executable, *args] if launcher == "plain" else [*TORCHRUN, *args]
+    run(command, tmp_path)
+    saved = json.loads((tmp_path / "run" / "final" / "agent.json").read_text())
+    assert saved["num_timesteps"] > 0 and saved["config"]["num_groups"] == 2
+    shutil.rmtree(tmp_path / "run")
