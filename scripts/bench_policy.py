@@ -1,4 +1,4 @@
-"""Policy throughput: choose-mode scoring with a shared prompt KV cache vs duplicated prompts, and generation.
+"""Policy throughput: packed choose-mode scoring (the prompt runs once) vs duplicated prompts, and generation.
 
 Prompts and admissible actions come from real MiniHouse episodes (ALFWorld's grammar: 10-40 candidates per
 state). Prints a Markdown table; both scoring paths must agree to 1e-4.
@@ -39,9 +39,9 @@ def duplicated_scores(policy: LLMPolicy, prompts, candidates) -> list[torch.Tens
     """Reference: one (prompt + candidate) sequence per candidate, the prompt recomputed every time."""
     flat_p = [p for p, cands in zip(prompts, candidates) for _ in cands]
     flat_c = [c for cands in candidates for c in cands]
-    logits, ids, mask, _ = policy._response_logits(flat_p, flat_c)
-    seq = (torch.log_softmax(logits, -1).gather(-1, ids[..., None]).squeeze(-1) * mask).sum(-1)
-    return list(seq.split([len(c) for c in candidates]))
+    scorer = LLMPolicy(policy.model, policy.tokenizer, action_mode="generate")  # temperature 1: plain log-probs
+    ev = scorer.evaluate(flat_p, responses=flat_c, entropy=False)
+    return list((ev.logp * ev.mask).sum(-1).split([len(c) for c in candidates]))
 
 
 def timed(fn, repeats: int) -> float:
@@ -72,7 +72,7 @@ def main() -> None:
     mean_prompt = np.mean([len(p) for p in prompts])
     print(f"{args.env} {env_kwargs}: {args.batch} prompts, mean prompt {mean_prompt:.0f} tokens, "
           f"mean {np.mean(n_cands):.1f} candidates; torch threads {args.threads}\n")  # fmt: skip
-    print("| model | shared KV (s) | duplicated prompts (s) | speed-up | max abs diff | generate tokens/s |")
+    print("| model | packed (s) | duplicated prompts (s) | speed-up | max abs diff | generate tokens/s |")
     print("|---|---|---|---|---|---|")
     for hidden in args.hidden:
         spec = TinyModelSpec(
@@ -82,10 +82,10 @@ def main() -> None:
         policy = LLMPolicy(model, tokenizer, action_mode="choose")
         candidates = [[policy.action_tokens(a) for a in i["admissible_actions"]] for _, i in states]
         with torch.no_grad():
-            shared = policy._score_candidates(prompts, candidates)[0]
+            shared = policy.actions.score_candidates(prompts, candidates)[0]
             dup = duplicated_scores(policy, prompts, candidates)
             diff = max(float((a - b).abs().max()) for a, b in zip(shared, dup))
-            t_shared = timed(functools.partial(policy._score_candidates, prompts, candidates), args.repeats)
+            t_shared = timed(functools.partial(policy.actions.score_candidates, prompts, candidates), args.repeats)
             t_dup = timed(functools.partial(duplicated_scores, policy, prompts, candidates), args.repeats)
             gen = LLMPolicy(model, tokenizer, action_mode="generate", max_new_tokens=32)
             t0 = time.perf_counter()
