@@ -70,6 +70,7 @@ class GAGPOConfig:
     lora_r: int = 0  # 0: full fine-tuning
     lora_alpha: int = 16
     gradient_checkpointing: bool = False
+    fsdp: bool = False  # under a launch: shard weights, gradients and optimiser state (FSDP2); else DDP
     tiny_vocab_size: int = 1024
     tiny_hidden_size: int = 64
     tiny_layers: int = 2
@@ -152,6 +153,7 @@ class GAGPOConfig:
         check(self.max_grad_norm > 0, "max_grad_norm must be > 0")
         check(self.token_budget >= 64, "token_budget must be >= 64")
         check(self.lora_r >= 0, "lora_r must be >= 0")
+        check(not (self.fsdp and self.lora_r > 0), "fsdp shards full fine-tuning; LoRA trains under DDP (fsdp=False)")
         check(self.dtype in DTYPES, f"dtype must be one of {DTYPES}, got {self.dtype!r}")
         check(self.torch_threads >= 0, "torch_threads must be >= 0")
 

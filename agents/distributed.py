@@ -1,10 +1,12 @@
-"""Data-parallel training on accelerate: one process by default, several ranks under a launcher.
+"""Data-parallel training: one process by default, several ranks under a launcher.
 
 Under ``torchrun`` or ``accelerate launch`` (``WORLD_SIZE > 1``) each rank owns ``num_groups / world_size`` rollout
-groups: a group never spans ranks, so GAGPO's per-group statistics stay local and exact. The policy's root module
-(:class:`~agents.policy.PolicyCore`) is prepared by accelerate (DDP, or FSDP when the launcher's config asks for
-it) and gradients are reduced by that engine. What must be global is reduced here: row and episode counts,
-batch-normalisation moments, logged statistics. Without a launcher nothing here touches torch.distributed.
+groups: a group never spans ranks, so GAGPO's per-group statistics stay local and exact. accelerate sets up the
+process group and wraps the policy's root module (:class:`~agents.policy.PolicyCore`) in DDP; with ``fsdp=True``
+the root and each decoder layer are sharded with PyTorch's FSDP2 (``fully_shard``) instead, which also runs on
+CPU with gloo (accelerate treats CPU launches as plain multi-CPU DDP). What must be global is reduced here: row
+and episode counts, batch-normalisation moments, logged statistics. Without a launcher nothing here touches
+torch.distributed.
 """
 
 from __future__ import annotations
@@ -26,14 +28,16 @@ def launched() -> bool:
 class Distributed:
     """The process group as the agent sees it: rank, world size, reductions, and the engine's wrappers."""
 
-    def __init__(self) -> None:
+    def __init__(self, fsdp: bool = False) -> None:
         self.accelerator = None
         self.rank, self.world_size = 0, 1
+        self.sharded: list[nn.Module] = []  # FSDP2 modules, root last
         if launched():
             from accelerate import Accelerator
 
             self.accelerator = Accelerator(cpu=not torch.cuda.is_available())
             self.rank, self.world_size = self.accelerator.process_index, self.accelerator.num_processes
+        self.fsdp = fsdp and self.enabled
 
     @property
     def enabled(self) -> bool:
@@ -48,12 +52,35 @@ class Distributed:
         """The rank's device (each rank its own GPU), or None to let the config decide."""
         return self.accelerator.device if self.enabled else None
 
-    @property
-    def fsdp(self) -> bool:
-        return self.enabled and self.accelerator.distributed_type.name == "FSDP"
-
     def prepare(self, core: nn.Module) -> nn.Module:
-        return self.accelerator.prepare(core) if self.enabled else core
+        """DDP through accelerate, or FSDP2 in place (each decoder layer a unit, the root holding the rest)."""
+        if not self.enabled:
+            return core
+        if not self.fsdp:
+            return self.accelerator.prepare(core)
+        from torch.distributed.fsdp import fully_shard
+
+        for layer in core.model.get_decoder().layers:
+            self.sharded.append(fully_shard(layer))
+        self.sharded.append(fully_shard(core))
+        return core
+
+    @contextlib.contextmanager
+    def full_params(self):
+        """Whole weights on every rank for a phase without gradients (rollouts, recomputed log-probs, saving
+        the weights): gathered once, so ranks can run different numbers of forwards with no collectives."""
+        if not self.sharded:
+            yield
+            return
+        for module in self.sharded:
+            module.set_reshard_after_forward(False)
+            module.unshard()
+        try:
+            yield
+        finally:
+            for module in self.sharded:
+                module.reshard()
+                module.set_reshard_after_forward(True)
 
     def prepare_optimizer(self, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
         return self.accelerator.prepare(optimizer) if self.enabled else optimizer
@@ -66,14 +93,17 @@ class Distributed:
 
     def no_sync(self, module: nn.Module, skip: bool) -> contextlib.AbstractContextManager:
         """Accumulate gradients locally (no all-reduce) when ``skip``: all but a step's last backward."""
+        if self.sharded:
+            return _gradient_sync(self.sharded[-1], not skip)
         if self.enabled and skip:
             return self.accelerator.no_sync(module)
         return contextlib.nullcontext()
 
     def clip_grad_norm_(self, params: list[nn.Parameter], max_norm: float) -> torch.Tensor:
-        if self.enabled:
+        if self.enabled and not self.fsdp:
             return self.accelerator.clip_grad_norm_(params, max_norm)
-        return torch.nn.utils.clip_grad_norm_(params, max_norm)
+        norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
+        return norm.full_tensor() if hasattr(norm, "full_tensor") else norm  # FSDP2: a sharded norm
 
     def sum(self, values: Any) -> np.ndarray:
         """Element-wise sum over ranks of a small vector of numbers (float64)."""
@@ -94,10 +124,40 @@ class Distributed:
     def unwrap(self, module: nn.Module) -> nn.Module:
         return self.accelerator.unwrap_model(module) if self.enabled else module
 
-    def full_state_dict(self, module: nn.Module) -> dict[str, torch.Tensor]:
-        """The whole state dict on the main rank (gathered from FSDP shards); every rank must call it."""
-        return self.accelerator.get_state_dict(module)
+    def model_state(self, model: nn.Module) -> dict[str, torch.Tensor] | None:
+        """The model's full state dict (gathered from FSDP shards, every rank must call); None when not sharded."""
+        if not self.sharded:
+            return None
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+
+    def optimizer_state(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+        """The optimizer's full state dict keyed by parameter names under FSDP (every rank must call)."""
+        if not self.sharded:
+            return optimizer.state_dict()
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        return get_optimizer_state_dict(model, optimizer, options=options)
+
+    def load_optimizer_state(self, model: nn.Module, optimizer: torch.optim.Optimizer, state: dict) -> None:
+        if not self.sharded:
+            optimizer.load_state_dict(state)
+            return
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
+        set_optimizer_state_dict(model, optimizer, state, options=StateDictOptions(full_state_dict=True))
 
     def barrier(self) -> None:
         if self.enabled:
             self.accelerator.wait_for_everyone()
+
+
+@contextlib.contextmanager
+def _gradient_sync(root: nn.Module, sync: bool):
+    root.set_requires_gradient_sync(sync)
+    try:
+        yield
+    finally:
+        root.set_requires_gradient_sync(True)

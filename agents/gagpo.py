@@ -136,7 +136,7 @@ class GAGPOAgent:
         self.rng = np.random.default_rng(c.seed)
         self.num_timesteps = 0
         self.iteration = 0
-        self.dist = Distributed()
+        self.dist = Distributed(fsdp=c.fsdp)
         self.verbose = verbose if self.dist.is_main else 0  # logs come from the main process
 
         self.env_id, self.env_kwargs, self.env_wrappers = None, dict(env_kwargs or {}), []
@@ -242,17 +242,22 @@ class GAGPOAgent:
         prompts = [self._prompt(o, i) for o, i in zip(obs_list, info_list)]
         admissible = [list(i.get("admissible_actions", [])) for i in info_list]
         self.policy.eval()
-        texts = self.policy.act(prompts, admissible, rng=self.rng, deterministic=deterministic).texts
+        with self.dist.full_params():
+            texts = self.policy.act(prompts, admissible, rng=self.rng, deterministic=deterministic).texts
         return texts[0] if single else texts
 
     # ----- rollouts -------------------------------------------------------------------------------------
     def collect_rollouts(self, callback: BaseCallback) -> bool:
         """Every group plays its task to the end; rows go to the buffer. False if a callback stopped training."""
-        env, c = self.env, self.config
         self.buffer.reset()
         self.policy.eval()
         start_timesteps = self.num_timesteps
         callback.on_rollout_start()
+        with self.dist.full_params():
+            return self._play_rollout(callback, start_timesteps)
+
+    def _play_rollout(self, callback: BaseCallback, start_timesteps: int) -> bool:
+        env, c = self.env, self.config
         # Task seeds of iteration k come from (seed, k): reproducible, resumable, and unrelated across seeds. All
         # groups' seeds are drawn at once and each rank plays its slice: together, one process's tasks.
         sampler = np.random.default_rng(int(np.random.SeedSequence([c.seed, self.iteration]).generate_state(1)[0]))
@@ -380,6 +385,10 @@ class GAGPOAgent:
 
     @torch.no_grad()
     def recompute_log_probs(self) -> None:
+        with self.dist.full_params():
+            self._recompute_log_probs()
+
+    def _recompute_log_probs(self) -> None:
         """Behaviour (and reference) log-probs of the rollout from the update's own forward, once per rollout.
 
         The sampler's log-probs come from another computation (cached, batched differently, maybe another
@@ -642,33 +651,42 @@ class GAGPOAgent:
         A path ending in ``.zip`` (as SB3's CheckpointCallback names them) gets that folder as a zip file.
         """
         path = Path(path)
-        if not self.dist.is_main:  # one writer; DDP ranks hold the same weights
-            self.dist.barrier()
-            return
-        if path.suffix == ".zip":
-            with tempfile.TemporaryDirectory() as tmp:
-                self.save(Path(tmp) / "agent")
-                path.parent.mkdir(parents=True, exist_ok=True)
-                with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as archive:
-                    for file in sorted((Path(tmp) / "agent").rglob("*")):
-                        if file.is_file():
-                            archive.write(file, file.relative_to(Path(tmp) / "agent"))
-            return
-        self._save_folder(path)
+        # Under FSDP every rank takes part in gathering the full weights and optimiser state; one rank writes.
+        core_state = self.dist.model_state(self.policy.core)
+        optimizer_state = self.dist.optimizer_state(self.policy.core, self.optimizer)
+        if self.dist.is_main:
+            if path.suffix == ".zip":
+                with tempfile.TemporaryDirectory() as tmp:
+                    folder = Path(tmp) / "agent"
+                    self._save_folder(folder, core_state, optimizer_state)
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as archive:
+                        for file in sorted(folder.rglob("*")):
+                            if file.is_file():
+                                archive.write(file, file.relative_to(folder))
+            else:
+                self._save_folder(path, core_state, optimizer_state)
+        self.dist.barrier()
 
-    def _save_folder(self, path: Path) -> None:
+    def _save_folder(self, path: Path, core_state: dict | None, optimizer_state: dict) -> None:
         from safetensors.torch import save_file
 
         path.mkdir(parents=True, exist_ok=True)
+        if core_state is None:  # not sharded: the module's own tensors
+            core_state = {f"model.{k}": v for k, v in self.policy.model.state_dict().items()}
+            if self.policy.value_head is not None:
+                core_state |= {f"value_head.{k}": v for k, v in self.policy.value_head.state_dict().items()}
+        part = {name: {k[len(name) + 1 :]: v for k, v in core_state.items() if k.startswith(name + ".")}
+                for name in ("model", "value_head")}  # fmt: skip
+        model = self.policy.model
+        tied = {n for n, _ in model.named_parameters(remove_duplicate=False)} - {n for n, _ in model.named_parameters()}
+        part["model"] = {k: v for k, v in part["model"].items() if k not in tied}  # FSDP gathers tied copies too
         with _quiet_hub():
-            self.policy.model.save_pretrained(path / "model")
+            self.policy.model.save_pretrained(path / "model", state_dict=part["model"])
             self.policy.tokenizer.save_pretrained(path / "model")
         if self.policy.value_head is not None:
-            save_file(
-                {k: v.contiguous() for k, v in self.policy.value_head.state_dict().items()},
-                path / "value_head.safetensors",
-            )
-        torch.save(self.optimizer.state_dict(), path / "optimizer.pt")
+            save_file({k: v.contiguous() for k, v in part["value_head"].items()}, path / "value_head.safetensors")
+        torch.save(optimizer_state, path / "optimizer.pt")
         boundary = self._boundary
         save_file({"torch": boundary["torch_rng"]}, path / "rng.safetensors")
         meta = {
@@ -680,12 +698,12 @@ class GAGPOAgent:
             "num_timesteps": boundary["num_timesteps"],
             "iteration": boundary["iteration"],
             "numpy_rng": boundary["numpy_rng"],
+            "optimizer_format": "names" if self.dist.sharded else "indices",
         }
         (path / AGENT_FILE).write_text(json.dumps(meta, indent=2))
         files = sorted(p for p in path.rglob("*") if p.is_file() and p.name != MANIFEST_FILE)
         manifest = {str(p.relative_to(path)): _sha256(p) for p in files}
         (path / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2))
-        self.dist.barrier()
 
     @staticmethod
     def verify_checkpoint(path: str | os.PathLike) -> None:
@@ -748,7 +766,14 @@ class GAGPOAgent:
         )
         if agent.policy.value_head is not None:
             agent.policy.value_head.load_state_dict(load_file(path / "value_head.safetensors"))
-        agent.optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=True))
+        saved_format = meta.get("optimizer_format", "indices")
+        if saved_format != ("names" if agent.dist.sharded else "indices"):
+            raise ValueError(
+                f"saved agent at {path} has an optimizer state saved {'with' if saved_format == 'names' else 'without'}"
+                " FSDP: resume it with the same fsdp setting (or start a fresh optimizer with a new agent)"
+            )
+        optimizer_state = torch.load(path / "optimizer.pt", weights_only=True)
+        agent.dist.load_optimizer_state(agent.policy.core, agent.optimizer, optimizer_state)
         agent.num_timesteps, agent.iteration = meta["num_timesteps"], meta["iteration"]
         agent.rng.bit_generator.state = meta["numpy_rng"]
         torch.set_rng_state(load_file(path / "rng.safetensors")["torch"])

@@ -1,10 +1,10 @@
 """Run by tests/test_distributed.py: one GAGPO iteration, as one process or as one rank of a torchrun launch.
 
     python tests/distributed_worker.py OUT                  # 4 groups in one process
-    torchrun --standalone --nproc_per_node 2 tests/distributed_worker.py OUT   # 2 ranks x 2 groups
+    torchrun --standalone --nproc_per_node 2 tests/distributed_worker.py OUT [--fsdp]   # 2 ranks x 2 groups
 
-Each rank writes its rows' advantages keyed by (group, member, step) to OUT/rows_<rank>.json; the main rank
-writes the parameters after the update to OUT/params.safetensors.
+Each rank writes its rows' advantages keyed by (group, member, step) to OUT/rows_<rank>.json; the agent after the
+update is saved to OUT/agent (under FSDP: gathered from the shards).
 """
 
 from __future__ import annotations
@@ -15,16 +15,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from safetensors.torch import save_file  # noqa: E402
-
 from agents import GAGPOAgent  # noqa: E402
 
 
-def main(out: Path) -> None:
+def main(out: Path, fsdp: bool) -> None:
     agent = GAGPOAgent(
         "gagpo_gym/FrozenLake-v0", num_groups=4, group_size=3, n_epochs=1, minibatch_size=4096, token_budget=2048,
         tiny_hidden_size=32, history_length=1, learning_rate=1e-2, ent_coef=0.01, normalize="batch",
-        env_kwargs={"max_episode_steps": 6}, torch_threads=1, verbose=0, seed=11,
+        env_kwargs={"max_episode_steps": 6}, torch_threads=1, verbose=0, seed=11, fsdp=fsdp,
     )  # fmt: skip
     agent.learn(1)
     rows: dict[str, float] = {}
@@ -41,11 +39,8 @@ def main(out: Path) -> None:
         rows[f"{r.group}/{member}/{t}"] = r.advantage
     out.mkdir(parents=True, exist_ok=True)
     (out / f"rows_{agent.dist.rank}.json").write_text(json.dumps({"rows": rows, "steps": agent.num_timesteps}))
-    if agent.dist.is_main:
-        save_file(
-            {n: p.detach().contiguous() for n, p in agent.policy.model.named_parameters()}, out / "params.safetensors"
-        )
+    agent.save(out / "agent")
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    main(Path(sys.argv[1]), "--fsdp" in sys.argv[2:])
