@@ -1,0 +1,354 @@
+"""One-command check of the agent's GPU path on a random-init model of Qwen2.5-1.5B's shape (nothing downloaded).
+
+    python scripts/gpu_check.py --out gpu_check.json     # one GPU, a few minutes
+    python scripts/gpu_check.py --small                  # the same code on CPU with a tiny Qwen2, seconds
+
+It measures what the training loop depends on and a unit test cannot see on a laptop:
+
+1. update tokens/s of the agent's own update path (``LLMPolicy.evaluate`` + ``clipped_policy_loss`` + backward +
+   grad clipping + AdamW step, micro-batched under the token budget as ``GAGPOAgent.train`` does) against a raw
+   Hugging Face forward+backward (``model(ids, labels=...)``) on the same rows, both with gradient checkpointing
+   and the same autocast (goal: at least half the raw speed);
+2. generation tokens/s of generate-mode ``LLMPolicy.act`` (the policy's own sampler);
+3. peak accelerator memory of each phase;
+4. the first minibatch's largest ``|ratio - 1|``: behaviour log-probs recomputed under ``no_grad`` in rollout
+   order, as ``GAGPOAgent.recompute_log_probs`` does, then the update's forward with gradients on the shuffled
+   minibatch; and the gap between the sampler's log-probs and the recomputed ones;
+5. the share of weight entries one AdamW step at lr 1e-6 changes with fp32 master weights (and how many would
+   change if the weights were stored in bf16).
+
+The model's vocabulary stays Qwen2.5's 151,936 (the cost of the LM head is the point); prompts and responses use
+ids of a small tokenizer trained here (``agents.tiny.train_tokenizer``), whose pad and eos ids the model gets.
+
+Importing ``agents`` pulls in gymnasium, stable-baselines3 and the envs (``agents/__init__`` imports the trainer),
+so a machine without them needs their wheels (gymnasium, farama-notifications, cloudpickle, stable-baselines3)
+installed with ``pip install --no-deps`` first; the script says so instead of failing with a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # this checkout's agents/, not an installed copy
+    sys.path.insert(0, str(ROOT))
+
+NEEDED = ("gymnasium", "stable_baselines3", "transformers")
+CORPUS = [
+    "You are in the middle of a room. Looking quickly around you, you see a cabinet 1, a countertop 2 and a fridge.",
+    "Your task is to: put a clean apple in the fridge. go to countertop 2 | take apple 1 from countertop 2",
+    "You arrive at the sinkbasin 1. On the sinkbasin 1, you see a knife 3 and a sponge. clean apple 1 with sink",
+    "Nothing happens. open fridge 1 | close fridge 1 | heat mug 2 with microwave 1 | cool potato with fridge 1",
+]
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A Qwen2 shape and the batch sizes the check runs on it."""
+
+    hidden: int
+    intermediate: int
+    layers: int
+    heads: int
+    kv_heads: int
+    vocab: int
+    max_positions: int
+    update_rows: int  # rows of the timed update batch
+    prompt_tokens: int
+    response_tokens: int  # update rows and generation limit
+    gen_prompts: int
+    repeats: int  # timed update iterations (after one warm-up)
+
+
+QWEN25_1_5B = Shape(1536, 8960, 28, 12, 2, 151936, 32768, update_rows=32, prompt_tokens=512, response_tokens=128,
+                    gen_prompts=64, repeats=3)  # fmt: skip
+SMALL = Shape(64, 192, 2, 4, 2, 151936, 4096, update_rows=4, prompt_tokens=48, response_tokens=16, gen_prompts=8,
+              repeats=1)  # fmt: skip
+
+
+def check_imports() -> None:
+    """Name the packages ``agents`` needs that this machine lacks, instead of an ImportError deep in a traceback."""
+    missing = [name for name in NEEDED if importlib.util.find_spec(name) is None]
+    if missing:
+        print(f"error: missing {', '.join(missing)}; importing agents needs them (pip install --no-deps their wheels)",
+              file=sys.stderr)  # fmt: skip
+        raise SystemExit(2)
+
+
+def build_model(shape: Shape, tokenizer, device: torch.device, seed: int) -> torch.nn.Module:
+    """A random-init Qwen2ForCausalLM in fp32 (master weights), built directly on the device."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    config = Qwen2Config(
+        vocab_size=shape.vocab,
+        hidden_size=shape.hidden,
+        intermediate_size=shape.intermediate,
+        num_hidden_layers=shape.layers,
+        num_attention_heads=shape.heads,
+        num_key_value_heads=shape.kv_heads,
+        max_position_embeddings=shape.max_positions,
+        rope_theta=1e6,
+        tie_word_embeddings=True,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=None,
+    )
+    torch.manual_seed(seed)
+    with device:
+        return Qwen2ForCausalLM(config)
+
+
+def random_ids(rng: np.random.Generator, tokenizer, n: int) -> list[int]:
+    """``n`` ordinary (non-special) ids of the small tokenizer."""
+    low = len(tokenizer.all_special_ids)
+    return rng.integers(low, len(tokenizer), size=n).tolist()
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def reset_peak(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def peak_gib(device: torch.device) -> float | None:
+    """Peak allocated accelerator memory since the last reset (None on CPU)."""
+    return torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None
+
+
+def padded(values: list[torch.Tensor], like: torch.Tensor) -> torch.Tensor:
+    """Per-row log-probs, zero-padded to ``like``'s [B, T] (as ``GAGPOAgent._padded``)."""
+    out = torch.zeros(like.shape, dtype=torch.float32, device=like.device)
+    for k, v in enumerate(values):
+        out[k, : len(v)] = v.to(like.device)
+    return out
+
+
+def agent_update(policy, optimizer, rows, old_logp, advantages, budget: int, clip: tuple[float, float]) -> dict:
+    """One minibatch step exactly as ``GAGPOAgent.train`` takes it: micro-batches, weighted losses, clip, step.
+
+    ``old_logp`` None uses the forward's own (detached) log-probs, so the ratio is 1 and only the cost is measured.
+    """
+    from agents.loss import clipped_policy_loss
+    from agents.policy import budget_batches
+
+    optimizer.zero_grad(set_to_none=True)
+    ratio_dev = 0.0
+    for micro in budget_batches([len(p) + len(r) for p, r in rows], budget):
+        ev = policy.evaluate([rows[i][0] for i in micro], responses=[rows[i][1] for i in micro], entropy=False)
+        old = ev.logp.detach() if old_logp is None else padded([old_logp[i] for i in micro], ev.logp)
+        adv = torch.as_tensor([advantages[i] for i in micro], dtype=torch.float32, device=ev.logp.device)
+        loss, info = clipped_policy_loss(ev.logp, old, ev.mask, adv, clip_low=clip[0], clip_high=clip[1])
+        ratio_dev = max(ratio_dev, float(info["ratio_dev_max"]))
+        (loss * len(micro) / len(rows)).backward()
+    grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), 1.0)
+    optimizer.step()
+    return {"ratio_dev_max": ratio_dev, "grad_norm": float(grad_norm)}
+
+
+def hf_forward_backward(model, rows, budget: int, precision, pad_id: int) -> None:
+    """The reference: Hugging Face's own causal-LM loss on the response tokens, same micro-batches and autocast."""
+    from agents.policy import _pad, budget_batches
+
+    model.zero_grad(set_to_none=True)
+    device = precision.device
+    for micro in budget_batches([len(p) + len(r) for p, r in rows], budget):
+        ids, mask = _pad([rows[i][0] + rows[i][1] for i in micro], pad_id, left=False)
+        labels = torch.full_like(ids, -100)
+        for k, i in enumerate(micro):
+            start = len(rows[i][0])
+            labels[k, start : start + len(rows[i][1])] = ids[k, start : start + len(rows[i][1])]
+        with precision.autocast():
+            out = model(input_ids=ids.to(device), attention_mask=mask.to(device), labels=labels.to(device),
+                        use_cache=False)  # fmt: skip
+        (out.loss * len(micro) / len(rows)).backward()
+
+
+def timed(fn, device: torch.device, repeats: int) -> float:
+    """Median seconds of ``repeats`` calls after one warm-up call."""
+    fn()
+    times = []
+    for _ in range(repeats):
+        sync(device)
+        t0 = time.perf_counter()
+        fn()
+        sync(device)
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times))
+
+
+def moved_shares(before: list[torch.Tensor], after: list[torch.Tensor]) -> tuple[float, float]:
+    """Share of entries an optimiser step changed in fp32, and the share that would change if stored in bf16."""
+    total = moved = moved_bf16 = 0
+    for b, a in zip(before, after):
+        total += b.numel()
+        moved += int((a != b).sum())
+        moved_bf16 += int((a.bfloat16() != b.bfloat16()).sum())
+    return moved / total, moved_bf16 / total
+
+
+def run_check(shape: Shape, device: torch.device, dtype_name: str, budget: int, seed: int) -> dict[str, Any]:
+    import transformers
+
+    from agents.config import CLIP_GENERATE
+    from agents.models import Precision, enable_gradient_checkpointing, resolve_dtype
+    from agents.policy import LLMPolicy, budget_batches
+    from agents.tiny import train_tokenizer
+
+    t_start = time.perf_counter()
+    rng = np.random.default_rng(seed)
+    precision = Precision(device, resolve_dtype(dtype_name, device))
+    tokenizer = train_tokenizer(CORPUS, vocab_size=1024)
+    model = build_model(shape, tokenizer, device, seed)
+    enable_gradient_checkpointing(model)
+    policy = LLMPolicy(model, tokenizer, action_mode="generate", max_new_tokens=shape.response_tokens,
+                       precision=precision, token_budget=budget)  # fmt: skip
+    optimizer = torch.optim.AdamW(policy.parameters(), lr=1e-6, weight_decay=0.0)
+    result: dict[str, Any] = {
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "compute_dtype": str(precision.compute_dtype).removeprefix("torch."),
+        "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
+        "shape": asdict(shape),
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "token_budget": budget,
+    }
+
+    # 2. Generation: the rollout's own sampler (eval mode, no gradients), batched under the token budget.
+    prompts = [random_ids(rng, tokenizer, shape.prompt_tokens) for _ in range(shape.gen_prompts)]
+    policy.eval()
+    policy.backend.generate(prompts[:2], max_new_tokens=2, temperature=1.0, greedy=False, seed=seed)  # warm-up
+    reset_peak(device)
+    sync(device)
+    t0 = time.perf_counter()
+    rollout = policy.act(prompts, [[] for _ in prompts], rng=rng)
+    sync(device)
+    gen_s = time.perf_counter() - t0
+    generated = sum(len(r) for r in rollout.response_ids)
+    sizes = [len(p) + shape.response_tokens for p in prompts]
+    result["generation"] = {
+        "prompts": len(prompts),
+        "prompt_tokens": shape.prompt_tokens,
+        "max_new_tokens": shape.response_tokens,
+        "sampling_batches": len(budget_batches(sizes, budget)),
+        "generated_tokens": generated,
+        "seconds": gen_s,
+        "tokens_per_s": generated / gen_s,
+        "peak_gib": peak_gib(device),
+    }
+
+    # 4. First minibatch: recompute in rollout order without gradients, then the update's forward on a shuffle.
+    rows = list(zip(prompts, rollout.response_ids))
+    policy.train()
+    reset_peak(device)
+    recomputed: list[torch.Tensor] = []
+    with torch.no_grad():
+        for micro in budget_batches([len(p) + len(r) for p, r in rows], budget):
+            ev = policy.evaluate([rows[i][0] for i in micro], responses=[rows[i][1] for i in micro])
+            recomputed += [ev.logp[k, : len(rows[i][1])].float().cpu() for k, i in enumerate(micro)]
+    gaps = np.concatenate([np.abs(r.numpy() - s) for r, s in zip(recomputed, rollout.logp)])
+    order = rng.permutation(len(rows))
+    advantages = rng.choice([-1.0, 1.0], size=len(rows))
+    before = [p.detach().clone() for p in policy.parameters()]
+    first = agent_update(policy, optimizer, [rows[i] for i in order], [recomputed[i] for i in order],
+                         advantages, budget, CLIP_GENERATE)  # fmt: skip
+    moved, moved_bf16 = moved_shares(before, [p.detach() for p in policy.parameters()])
+    del before
+    result["first_minibatch"] = {
+        "rows": len(rows),
+        "ratio_dev_max": first["ratio_dev_max"],
+        "generate_clip_range": list(CLIP_GENERATE),
+        "sampler_gap_max": float(gaps.max()),
+        "sampler_gap_mean": float(gaps.mean()),
+        "peak_gib": peak_gib(device),
+    }
+    # 5. What that first step at lr 1e-6 did to the fp32 master weights.
+    result["adamw_step"] = {"lr": 1e-6, "moved_share": moved, "moved_share_if_bf16": moved_bf16}
+
+    # 1. Update throughput: the agent's path against Hugging Face's forward+backward on the same rows.
+    batch = [
+        (random_ids(rng, tokenizer, shape.prompt_tokens), random_ids(rng, tokenizer, shape.response_tokens))
+        for _ in range(shape.update_rows)
+    ]
+    tokens = sum(len(p) + len(r) for p, r in batch)
+    signs = rng.choice([-1.0, 1.0], size=len(batch))
+    reset_peak(device)
+    agent_s = timed(lambda: agent_update(policy, optimizer, batch, None, signs, budget, CLIP_GENERATE), device,
+                    shape.repeats)  # fmt: skip
+    agent_peak = peak_gib(device)
+    reset_peak(device)
+    hf_s = timed(lambda: hf_forward_backward(model, batch, budget, precision, tokenizer.pad_token_id), device,
+                 shape.repeats)  # fmt: skip
+    result["update"] = {
+        "rows": len(batch),
+        "prompt_tokens": shape.prompt_tokens,
+        "response_tokens": shape.response_tokens,
+        "micro_batches": len(budget_batches([len(p) + len(r) for p, r in batch], budget)),
+        "agent_tokens_per_s": tokens / agent_s,
+        "hf_tokens_per_s": tokens / hf_s,
+        "ratio": hf_s / agent_s,
+        "agent_peak_gib": agent_peak,
+        "hf_peak_gib": peak_gib(device),
+    }
+    result["seconds"] = time.perf_counter() - t_start
+    return result
+
+
+def report(r: dict[str, Any]) -> str:
+    """The numbers a reader checks, one line each."""
+    g, f, a, u = r["generation"], r["first_minibatch"], r["adamw_step"], r["update"]
+
+    def gib(x: float | None) -> str:
+        return "-" if x is None else f"{x:.1f} GiB"
+
+    return "\n".join([
+        f"{r['device']}, {r['compute_dtype']} compute over fp32 weights, {r['parameters'] / 1e6:.0f}M parameters",
+        f"update:     agent {u['agent_tokens_per_s']:.0f} tok/s vs HF fwd+bwd {u['hf_tokens_per_s']:.0f} tok/s "
+        f"= {u['ratio']:.2f}x (goal >= 0.5x); {u['rows']} rows x ({u['prompt_tokens']}+{u['response_tokens']}), "
+        f"{u['micro_batches']} micro-batches; peak {gib(u['agent_peak_gib'])} vs {gib(u['hf_peak_gib'])}",
+        f"generation: {g['tokens_per_s']:.0f} new tok/s ({g['generated_tokens']} tokens, {g['prompts']} prompts, "
+        f"{g['sampling_batches']} batches); peak {gib(g['peak_gib'])}",
+        f"first minibatch: max |ratio-1| {f['ratio_dev_max']:.2e} (generate clip {f['generate_clip_range']}); "
+        f"sampler vs recomputed log-prob gap max {f['sampler_gap_max']:.2e}, mean {f['sampler_gap_mean']:.2e}; "
+        f"peak {gib(f['peak_gib'])}",
+        f"AdamW lr 1e-6: {a['moved_share']:.4f} of fp32 entries moved (bf16 storage: {a['moved_share_if_bf16']:.4f})",
+        f"total {r['seconds']:.0f} s",
+    ])  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--small", action="store_true", help="tiny Qwen2 shape and batches (CPU, seconds)")
+    parser.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N (auto: cpu with --small)")
+    parser.add_argument("--dtype", default="auto", help="compute dtype: auto (bf16 on CUDA) | float32 | bfloat16")
+    parser.add_argument("--token-budget", type=int, default=16384, help="tokens per forward (GAGPOConfig default)")
+    parser.add_argument("--threads", type=int, default=1, help="CPU threads for torch")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, help="also write the results as JSON here")
+    args = parser.parse_args(argv)
+    check_imports()
+    from agents.models import resolve_device
+
+    torch.set_num_threads(args.threads)
+    device = resolve_device("cpu" if args.small and args.device == "auto" else args.device)
+    result = run_check(SMALL if args.small else QWEN25_1_5B, device, args.dtype, args.token_budget, args.seed)
+    print(report(result))
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
