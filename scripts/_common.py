@@ -183,7 +183,7 @@ FIELD_HELP: dict[str, str] = {
     "max_grad_norm": "gradient-norm clipping threshold",
     "weight_decay": "AdamW weight decay",
     "device": "auto | cpu | cuda | cuda:N | mps",
-    "dtype": "auto (bf16 on CUDA, fp32 otherwise) | float32 | bfloat16 | float16",
+    "dtype": "compute dtype: auto (bf16 on CUDA, fp32 otherwise) | float32 | bfloat16 (weights train in fp32)",
     "lora_r": "LoRA rank (0: full fine-tuning)",
     "lora_alpha": "LoRA alpha",
     "gradient_checkpointing": "trade compute for memory in the update",

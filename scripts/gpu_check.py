@@ -229,7 +229,7 @@ def run_check(shape: Shape, device: torch.device, dtype_name: str, budget: int, 
     # 2. Generation: the rollout's own sampler (eval mode, no gradients), batched under the token budget.
     prompts = [random_ids(rng, tokenizer, shape.prompt_tokens) for _ in range(shape.gen_prompts)]
     policy.eval()
-    policy.backend.generate(prompts[:2], max_new_tokens=2, temperature=1.0, greedy=False, seed=seed)  # warm-up
+    policy.backend.generate(prompts[:2], max_new_tokens=2, temperature=1.0, greedy=False, seeds=[seed, seed + 1])
     reset_peak(device)
     sync(device)
     t0 = time.perf_counter()
