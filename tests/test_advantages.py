@@ -560,6 +560,10 @@ def test_group_errors(name, changes, message):
         ("gagpo", {"state_keys": np.array(["a", 1, "b", "c", "a"], dtype=object)}, "state_keys mixes"),
         ("gagpo", {"state_keys": np.array(["a", "b", "a", "c", "b"])}, "both be strings"),
         ("gagpo", {"state_keys": np.array([0.5, 1, 0, 2, 3])}, "int64 hashes or strings"),
+        ("gagpo", {"backoff_keys": np.array([1, 2, 1, 3, 2])}, "sequence of key arrays, one per level"),
+        ("gagpo", {"backoff_keys": [np.array([1, 2, 3])]}, r"backoff_keys\[0\] has length 3, expected 5"),
+        ("gagpo", {"backoff_keys": [np.zeros(5, int), ["a", 1, "b", "c", "a"]]}, r"backoff_keys\[1\] mixes"),
+        ("gagpo", {"backoff_keys": [np.zeros(5)]}, r"backoff_keys\[0\] must hold int64 hashes or strings"),
         ("gigpo", {"state_keys": [1, 2, "x", 3, 4]}, "state_keys mixes"),
         ("gigpo", {"state_keys": np.array([1, 2, 1, 3])}, "state_keys has length 4"),
         ("gae", {"terminated": np.array([True, True, False, False, False])}, "not the final row"),
@@ -574,6 +578,11 @@ def test_argument_errors(name, changes, message):
     ("name", "options", "message"),
     [
         ("gagpo", {"normalize": "episode"}, "normalize must be 'group', 'batch' or 'none'"),
+        ("gagpo", {"backoff_min_count": 0}, "backoff_min_count must be an int >= 1, got 0"),
+        ("gagpo", {"backoff_min_count": 2.0}, "backoff_min_count must be an int >= 1, got 2.0"),
+        ("gagpo", {"backoff_min_count": True}, "backoff_min_count must be an int >= 1, got True"),
+        ("gagpo", {"episode_coef": np.nan}, "episode_coef must be a finite number, got nan"),
+        ("gagpo", {"episode_coef": "1"}, "episode_coef must be a finite number"),
         ("gigpo", {"episode_stats": "steps"}, "episode_stats must be 'episodes' or 'rows'"),
         ("gae", {"last_values": np.zeros(4)}, "last_values has length 4, expected 5"),
         ("gae", {"last_values": np.full(5, np.nan)}, "last_values contain NaN"),
@@ -597,6 +606,10 @@ def test_step_group_stats_errors():
         step_group_stats(np.array([0, 0]), np.array([1, 2, 3]))
     with pytest.raises(ValueError, match="mixes"):
         step_group_stats(np.array([0, 0]), ["a", 2])
+    with pytest.raises(ValueError, match=r"backoff_keys\[0\] has length 1, expected 2"):
+        step_group_stats(np.array([0, 0]), np.array([1, 2]), backoff_keys=[[0]])
+    with pytest.raises(ValueError, match="backoff_min_count must be an int >= 1"):
+        step_group_stats(np.array([0, 0]), np.array([1, 2]), backoff_min_count=0)
 
 
 @pytest.mark.parametrize("name", ESTIMATORS)
