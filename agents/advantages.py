@@ -24,6 +24,7 @@ from typing import Literal
 import numpy as np
 
 Normalize = Literal["group", "batch", "none"]
+_HASH_CHUNK = 16384  # str keys hashed per matmul in _key_hash (about 7 MB of uint64 at 55 characters)
 
 __all__ = [
     "discounted_returns",
@@ -163,15 +164,23 @@ def _set_standardize(values: np.ndarray, set_id: np.ndarray, eps: float, *, scal
 
 
 def _key_hash(keys: np.ndarray) -> np.ndarray:
-    """One uint64 per key: an int64 key itself, a str key's Python hash.
+    """One uint64 per key: an int64 key itself; for str keys, the code points dotted with fixed odd weights
+    (unicode arrays: padding adds 0, so widths agree) or Python's hash (object arrays).
 
     Python salts str hashes per process, which is harmless here: a hash only serves to find equal keys within
     one call, and every match is checked (``_pair_ids``).
     """
     if keys.dtype.kind == "i":
         return keys.view(np.uint64)
-    objects = keys.tolist() if keys.dtype.kind == "U" else keys
-    return np.fromiter(map(hash, objects), dtype=np.int64, count=keys.size).view(np.uint64)
+    if keys.dtype.kind == "O":
+        return np.fromiter(map(hash, keys), dtype=np.int64, count=keys.size).view(np.uint64)
+    width = keys.dtype.itemsize // 4
+    code_points = np.ascontiguousarray(keys).view(np.uint32).reshape(keys.size, width)
+    weights = _mix(np.arange(1, width + 1, dtype=np.uint64)) | np.uint64(1)
+    out = np.empty(keys.size, dtype=np.uint64)
+    for start in range(0, keys.size, _HASH_CHUNK):  # chunks bound the uint64 copy of the code points
+        out[start : start + _HASH_CHUNK] = code_points[start : start + _HASH_CHUNK].astype(np.uint64) @ weights
+    return out
 
 
 def _mix(x: np.ndarray) -> np.ndarray:
@@ -192,9 +201,12 @@ def _pair_ids(group_index: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, in
     code = _key_hash(keys) ^ _mix(group_index.astype(np.uint64))
     uniq, ids = np.unique(code, return_inverse=True)
     ids = ids.reshape(-1)
+    rows = np.arange(ids.size)
     representative = np.empty(uniq.size, dtype=np.int64)
-    representative[ids] = np.arange(ids.size)
-    if np.all(keys == keys[representative[ids]]):
+    representative[ids] = rows
+    same_as = representative[ids]
+    others = rows[same_as != rows]  # a representative matches itself
+    if np.all(keys[others] == keys[same_as[others]]):
         return ids, uniq.size
     gid, _ = _factorize(group_index)
     kid, n_keys = _factorize(keys)

@@ -458,6 +458,21 @@ def test_colliding_int_pairs_stay_apart():
     assert step_group_stats(d["group_index"], d["state_keys"])["sets"] == 4
 
 
+@settings(max_examples=100, **PROFILE)
+@given(layout=layouts(key_kind="str"), min_count=st.integers(1, 3), data=st.data())
+def test_str_keys_in_unicode_and_object_arrays_agree(layout, min_count, data):
+    """Unicode arrays (of any width) and object arrays are hashed differently; the advantages are the same."""
+    d = assemble(*layout)
+    levels = [np.array(k, dtype=str) for k in draw_levels(data, d["rewards"].size)]
+    first = gagpo_advantages(**d, backoff_keys=levels, backoff_min_count=min_count, episode_coef=0.5)
+    objects = dict(d, state_keys=np.array(d["state_keys"], dtype=object))
+    if data.draw(st.booleans()):
+        objects["next_state_keys"] = np.array(d["next_state_keys"], dtype=object)
+    wider = [np.array(k, dtype="U12").astype(object) if data.draw(st.booleans()) else k.astype("U12") for k in levels]
+    second = gagpo_advantages(**objects, backoff_keys=wider, backoff_min_count=min_count, episode_coef=0.5)
+    np.testing.assert_array_equal(first, second)
+
+
 def _colliding_hash(keys: np.ndarray) -> np.ndarray:
     """The real key hash reduced to 2 bits: most different keys of a group collide."""
     return _real_key_hash(keys) & np.uint64(3)
