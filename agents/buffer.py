@@ -7,7 +7,7 @@ are computed with the configured estimator; batch-level normalisation waits for 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -39,6 +39,19 @@ class Row:
     rollout_logp: np.ndarray | None = None  # the sampler's own log-probs (kept to log their gap to old_logp)
     ref_logp: np.ndarray | None = None  # reference policy's log-probs (kl_coef > 0)
     value_target: float = 0.0
+    backoff_keys: tuple = ()  # keys of the state acted from, one per name in config.key_backoff (key back-off)
+
+    @staticmethod
+    def keys_from(info: dict, names: Sequence[str]) -> tuple:
+        """The back-off keys ``names`` of a state, from its ``info["keys"]`` (set by ``wrappers.StateKey``)."""
+        keys = info.get("keys", {})
+        missing = [name for name in names if name not in keys]
+        if missing:
+            raise ValueError(
+                f"info['keys'] lacks the back-off keys {missing}: wrap the env with "
+                f"wrappers.wrap_text_env(..., backoff={tuple(names)!r})"
+            )
+        return tuple(keys[name] for name in names)
 
 
 class GroupRolloutBuffer:
@@ -68,6 +81,11 @@ class GroupRolloutBuffer:
         """Append a row; computes the group's advantages when this row ends its group's last episode."""
         if row.episode not in self._open.get(row.group, ()):
             raise ValueError(f"episode {row.episode} of group {row.group} is not running")
+        if len(row.backoff_keys) != len(self.config.key_backoff):
+            raise ValueError(
+                f"the row has {len(row.backoff_keys)} back-off keys, config.key_backoff names "
+                f"{len(self.config.key_backoff)}: {self.config.key_backoff} (see Row.keys_from)"
+            )
         self._rows_of_group[row.group].append(len(self.rows))
         self.rows.append(row)
         if row.done:
@@ -80,13 +98,24 @@ class GroupRolloutBuffer:
     def complete(self) -> bool:
         return not self._open
 
-    def _finish_group(self, group: int) -> None:
+    def _group_rows(self, group: int) -> list[Row]:
+        """The group's rows laid out episode by episode (the estimators' contract), time order kept inside each."""
         idx = np.asarray(self._rows_of_group[group])
         episodes = np.asarray([self.rows[i].episode for i in idx])
-        idx = idx[np.argsort(episodes, kind="stable")]  # contiguous episodes, time order kept inside each
-        rows = [self.rows[i] for i in idx]
+        return [self.rows[i] for i in idx[np.argsort(episodes, kind="stable")]]
+
+    def _zeroed(self, rows: list[Row]) -> bool:
+        """zero_failed_groups applies to these rows of one group: no episode succeeded."""
+        return self.config.zero_failed_groups and not any(r.won for r in rows if r.done)
+
+    def _levels(self, rows: list[Row]) -> list[np.ndarray]:
+        """One key array per back-off level (config.key_backoff), over ``rows``."""
+        return [np.array([r.backoff_keys[level] for r in rows]) for level in range(len(self.config.key_backoff))]
+
+    def _finish_group(self, group: int) -> None:
+        rows = self._group_rows(group)
         a, target = self._estimate(rows)
-        if self.config.zero_failed_groups and not any(r.won for r in rows if r.done):
+        if self._zeroed(rows):
             a = np.zeros_like(a)
         for r, ai, ti in zip(rows, a, target):
             r.advantage, r.value_target = float(ai), float(ti)
@@ -103,10 +132,12 @@ class GroupRolloutBuffer:
         next_keys = np.array([r.next_state_key for r in rows])
         zero = np.zeros(len(rows))
         if c.estimator == "gagpo":
-            norm = "none" if c.normalize == "batch" else c.normalize
+            batch = c.normalize == "batch"  # finalize() normalises over the batch, then adds the episode term
             a = adv.gagpo_advantages(
                 rewards, episodes, groups, keys, next_keys, terminated, gamma=c.gamma, lam=c.lam,
-                eps=c.adv_eps, normalize=norm, bootstrap_truncated=c.bootstrap_truncated,
+                eps=c.adv_eps, normalize="none" if batch else c.normalize, bootstrap_truncated=c.bootstrap_truncated,
+                backoff_keys=self._levels(rows), backoff_min_count=c.backoff_min_count,
+                episode_coef=0.0 if batch else c.episode_coef,
             )  # fmt: skip
             return a, zero
         if c.estimator == "gigpo":
@@ -151,6 +182,25 @@ class GroupRolloutBuffer:
                 a = (a - mean) / (std + c.adv_eps) if n > 1 else np.zeros_like(a)
             for r, ai in zip(self.rows, a):
                 r.advantage = float(ai)
+        if c.estimator == "gagpo" and c.normalize == "batch" and c.episode_coef:
+            # As gagpo_advantages adds it: episode_coef * GRPO advantage, after normalisation.
+            for group in self.finished_groups:
+                rows = self._group_rows(group)
+                if self._zeroed(rows):
+                    continue
+                rewards = np.array([r.reward for r in rows], dtype=np.float64)
+                episodes = np.array([r.episode for r in rows], dtype=np.int64)
+                grpo = adv.grpo_advantages(rewards, episodes, np.zeros(len(rows), dtype=np.int64), eps=c.adv_eps)
+                for r, ai in zip(rows, grpo):
+                    r.advantage += c.episode_coef * float(ai)
+
+    def key_stats(self) -> dict:
+        """adv.step_group_stats over all rows, with the configured back-off levels (level_shares), for logging."""
+        groups = np.array([r.group for r in self.rows], dtype=np.int64)
+        keys = np.array([r.state_key for r in self.rows])
+        return adv.step_group_stats(
+            groups, keys, backoff_keys=self._levels(self.rows), backoff_min_count=self.config.backoff_min_count
+        )
 
     def advantages(self) -> np.ndarray:
         return np.array([r.advantage for r in self.rows], dtype=np.float64)

@@ -40,6 +40,11 @@ class GAGPOConfig:
     adv_eps: float = 1e-6
     zero_failed_groups: bool = False  # zero the advantages of groups in which no episode succeeded
     state_key: str = "state"  # state | observation | history:k
+    # Key back-off (ALGORITHM.md): coarser keys, finest first, for rows whose (group, state) set has fewer than
+    # backoff_min_count rows; each a state_key spec or "group" (the whole group). () turns it off.
+    key_backoff: tuple = ()
+    backoff_min_count: int = 2
+    episode_coef: float = 0.0  # GAGPO only: adds episode_coef * the GRPO advantage (the paper's ablation)
     # --- env interface
     action_mode: str = "auto"  # generate | choose | auto (choose for the tiny model, generate otherwise)
     choose_score: str = "auto"  # sum | mean | auto (mean for the tiny model, sum otherwise)
@@ -78,11 +83,13 @@ class GAGPOConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
+        if isinstance(self.key_backoff, list):  # JSON gives back a list
+            self.key_backoff = tuple(self.key_backoff)
         self.validate()
 
     def _check_types(self) -> None:
         """Each value has its field's type: ``num_groups=2.5``, ``"4"``, ``inf``, ``show_admissible="no"`` fail."""
-        allowed = {"int": (int,), "float": (int, float), "bool": (bool,), "str": (str,)}
+        allowed = {"int": (int,), "float": (int, float), "bool": (bool,), "str": (str,), "tuple": (tuple,)}
         for field in dataclasses.fields(self):
             name, value = field.name, getattr(self, field.name)
             kinds = [k.strip() for k in str(field.type).split("|")]
@@ -95,7 +102,8 @@ class GAGPOConfig:
                     ok = kind not in ("float", "int") or math.isfinite(value)
                     break
             if not ok:
-                words = {"int": "a finite int", "float": "a finite number", "bool": "True or False", "str": "a string"}
+                words = {"int": "a finite int", "float": "a finite number", "bool": "True or False", "str": "a string",
+                         "tuple": "a tuple or list"}  # fmt: skip
                 wanted = " or ".join(words.get(k, k) for k in kinds)
                 raise ValueError(f"GAGPOConfig: {name} must be {wanted}, got {value!r}")
 
@@ -124,12 +132,19 @@ class GAGPOConfig:
             f"normalize must be group|batch|none, got {self.normalize!r}",
         )
         check(self.adv_eps > 0, "adv_eps must be > 0")
-        from wrappers.text_wrappers import parse_key_spec
+        from wrappers.text_wrappers import parse_backoff_spec, parse_key_spec
 
         try:
             parse_key_spec(self.state_key)
         except ValueError as err:
             check(False, str(err))
+        for spec in self.key_backoff:
+            try:
+                parse_backoff_spec(spec)
+            except ValueError as err:
+                check(False, f"key_backoff: {err}")
+        check(len(set(self.key_backoff)) == len(self.key_backoff), f"key_backoff repeats a key: {self.key_backoff}")
+        check(self.backoff_min_count >= 1, f"backoff_min_count must be >= 1, got {self.backoff_min_count}")
         check(
             self.action_mode in ("auto", "generate", "choose"),
             f"action_mode must be auto|generate|choose, got {self.action_mode!r}",

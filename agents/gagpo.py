@@ -28,7 +28,6 @@ import torch
 from stable_baselines3.common.callbacks import BaseCallback, CallbackList, ProgressBarCallback
 from stable_baselines3.common.logger import HumanOutputFormat, Logger, make_output_format
 
-from agents import advantages as adv
 from agents.buffer import GroupRolloutBuffer, Row
 from agents.callbacks import OneLineOutput, StepProgressBar, step_accurate
 from agents.config import GAGPOConfig
@@ -188,6 +187,7 @@ class GAGPOAgent:
             "penalty": c.invalid_action_penalty,
             "history_length": c.history_length,
             "tagged": c.action_mode == "generate",
+            "backoff": c.key_backoff,
         }
 
     def _make_vec_env(self, num_groups: int, group_size: int, mode: str) -> GroupedVectorEnv:
@@ -325,6 +325,7 @@ class GAGPOAgent:
                         chosen=out.chosen[k] if out.chosen else -1,
                         value=out.values[k] if out.values else 0.0,
                         next_value=next_values.get(int(i), 0.0),
+                        backoff_keys=Row.keys_from(current[i], c.key_backoff),
                     )
                 )
                 returns[i] += rewards[i]
@@ -545,10 +546,12 @@ class GAGPOAgent:
         q75, q25 = np.percentile(a, [75, 25])
         record("advantage/iqr", float(q75 - q25))
         record("advantage/share_abs_gt_1", float(np.mean(np.abs(a) > 1)))
-        sets = adv.step_group_stats(np.array([r.group for r in rows]), np.array([r.state_key for r in rows]))
+        sets = self.buffer.key_stats()
         record("advantage/singleton_share", sets["singleton_row_share"])
         record("advantage/set_size_mean", sets["set_size_mean"])
         record("advantage/set_size_max", sets["set_size_max"])
+        for level, share in enumerate(sets["level_shares"]):
+            record(f"advantage/level_share_{level}", share)
         record("time/generate_s", stats["gen_s"])
         record("time/env_s", stats["env_s"])
         rollout_s = stats["gen_s"] + stats["env_s"]

@@ -3,9 +3,10 @@
 The data look like a real batch: groups of 8 episodes of 5-50 steps in shuffled order, int64 state keys
 drawn from a per-group pool so that most rows share their (group, state) set with other rows, occasional
 -0.1 penalties, success rewards on terminated episodes and truncated episodes that can bootstrap. Also
-times str keys at 1e5 rows and the slow reference of ``tests/reference_advantages.py`` at 1e4 rows.
+times str keys (about 56 characters, like a canonical state string) at 1e5 and 1e6 rows and the slow
+reference of ``tests/reference_advantages.py`` at 1e4 rows.
 
-    python scripts/bench_advantages.py [--sizes 10000 100000 1000000] [--repeats 5]
+    python scripts/bench_advantages.py [--sizes 10000 100000 1000000] [--str-sizes 100000 1000000] [--repeats 5]
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]  # this checkout's agents/, not another installed copy
 import reference_advantages as ref  # noqa: E402
 
 from agents.advantages import (  # noqa: E402
@@ -37,7 +39,7 @@ from agents.advantages import (  # noqa: E402
 GROUP_SIZE = 8
 MIN_LEN, MAX_LEN = 5, 50
 POOL_PER_ROW = 1.0  # distinct states per group, relative to the group's rows
-TARGET_GAGPO_1M_S = 0.5
+TARGET_GAGPO_1M_S = {"int64": 0.25, "str": 0.5}
 
 
 def synthetic_batch(n_rows: int, *, str_keys: bool = False, seed: int = 0) -> dict[str, np.ndarray]:
@@ -67,9 +69,9 @@ def synthetic_batch(n_rows: int, *, str_keys: bool = False, seed: int = 0) -> di
 
     group_ids = rng.choice(2**62, size=n_groups, replace=False) - 2**61
     if str_keys:
-        keys = np.array([f"task{g}|room {s}|holding nothing" for g, s in zip(group, state, strict=True)], dtype=object)
-        next_keys = np.array([f"task{g}|room {s}|holding nothing" for g, s in zip(group, next_state, strict=True)],
-                             dtype=object)  # fmt: skip
+        text = "task{}|location: room {}|holding: nothing|door: open".format
+        keys = np.array([text(g, s) for g, s in zip(group, state, strict=True)], dtype=object)
+        next_keys = np.array([text(g, s) for g, s in zip(group, next_state, strict=True)], dtype=object)
     else:
         mix = np.uint64(0x9E3779B97F4A7C15)
         keys = ((group.astype(np.uint64) << np.uint64(32)) + state.astype(np.uint64)) * mix
@@ -152,12 +154,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--str-size", type=int, default=100_000, help="rows of the str-key run (0: skip)")
+    parser.add_argument("--str-sizes", type=int, nargs="*", default=[100_000, 1_000_000], help="rows of str-key runs")
     parser.add_argument("--ref-size", type=int, default=10_000, help="rows of the slow-reference run (0: skip)")
     args = parser.parse_args()
     print(environment_line(), end="\n\n")
 
-    runs = [(n, False) for n in args.sizes] + ([(args.str_size, True)] if args.str_size else [])
+    runs = [(n, False) for n in args.sizes] + [(n, True) for n in args.str_sizes]
     results: dict[tuple[int, bool], dict[str, float]] = {}
     print("| rows | keys | singleton rows | (group, state) sets | mean set size |")
     print("|---:|---|---:|---:|---:|")
@@ -187,10 +189,12 @@ def main() -> None:
             t_fast = median_time(FAST[name], batch, args.repeats)
             print(f"| {name} | {t_ref * 1e3:.1f} ms | {t_fast * 1e3:.2f} ms | {t_ref / t_fast:.0f}x |")
 
-    if 1_000_000 in args.sizes:
-        t = results[(1_000_000, False)]["gagpo"]
-        verdict = "meets" if t <= TARGET_GAGPO_1M_S else "MISSES"
-        print(f"\nGAGPO on 1M rows: {t:.3f} s ({verdict} the {TARGET_GAGPO_1M_S} s target)")
+    print()
+    for str_keys in (False, True):
+        if (1_000_000, str_keys) in results:
+            kind = "str" if str_keys else "int64"
+            t, target = results[(1_000_000, str_keys)]["gagpo"], TARGET_GAGPO_1M_S[kind]
+            print(f"GAGPO on 1M {kind} rows: {t:.3f} s ({'meets' if t <= target else 'MISSES'} the {target} s target)")
 
 
 if __name__ == "__main__":

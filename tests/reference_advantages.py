@@ -76,6 +76,30 @@ def ref_normalize(advantages: list[float], group_index, mode: str, eps: float) -
     return np.array(out, dtype=np.float64)
 
 
+def ref_group_state_counts(group_index, state_keys) -> dict:
+    """Number of rows in every (group, state key) set."""
+    counts: dict = {}
+    for gs in zip(_plain(group_index), _plain(state_keys), strict=True):
+        counts[gs] = counts.get(gs, 0) + 1
+    return counts
+
+
+def ref_backoff_levels(group_index, state_keys, backoff_keys, backoff_min_count: int) -> list[int]:
+    """Key back-off: the level that gives each row its value (0: its own set, or no level has m rows)."""
+    groups, keys = _plain(group_index), _plain(state_keys)
+    levels = [_plain(k) for k in backoff_keys]
+    counts = [ref_group_state_counts(groups, k) for k in [keys, *levels]]
+    resolved = []
+    for t, g in enumerate(groups):
+        chosen = 0
+        for level, level_keys in enumerate([keys, *levels]):
+            if counts[level][(g, level_keys[t])] >= backoff_min_count:
+                chosen = level
+                break
+        resolved.append(chosen)
+    return resolved
+
+
 def ref_gagpo(
     rewards,
     episode_index,
@@ -88,9 +112,12 @@ def ref_gagpo(
     eps: float = 1e-6,
     normalize: str = "group",
     bootstrap_truncated: bool = True,
+    backoff_keys=(),
+    backoff_min_count: int = 2,
+    episode_coef: float = 0.0,
     unnormalized: bool = False,
 ) -> np.ndarray:
-    """GAGPO steps 1-5 of ALGORITHM.md; ``unnormalized=True`` returns A before step 5."""
+    """GAGPO steps 1-5 of ALGORITHM.md, key back-off, episode term; ``unnormalized=True``: A before step 5."""
     r = _plain(rewards)
     groups, keys, next_keys = _plain(group_index), _plain(state_keys), _plain(next_state_keys)
     done = [bool(d) for d in _plain(terminated)]
@@ -98,21 +125,26 @@ def ref_gagpo(
     R = _plain(ref_discounted_returns(r, episode_index, gamma))
     # 2. Vbar(g, s): mean of R_t over the rows of group g taken from state s.
     vbar = ref_group_state_means(R, groups, keys)
+    # Key back-off: Vtilde_t is the mean over the row's set at the level that resolves it.
+    levels = [keys, *(_plain(k) for k in backoff_keys)]
+    means = [ref_group_state_means(R, groups, level_keys) for level_keys in levels]
+    resolved = ref_backoff_levels(groups, keys, backoff_keys, backoff_min_count)
+    vtilde = [means[resolved[t]][(groups[t], levels[resolved[t]][t])] for t in range(len(r))]
     A = [0.0] * len(r)
     for rows in split_episodes(episode_index):
         g = groups[rows[0]]
-        # 3. TD residuals.
+        # 3. TD residuals; a truncated final row bootstraps from level 0 only.
         delta = {}
         for i, t in enumerate(rows):
             if i + 1 < len(rows):
-                v_next = vbar[(g, keys[rows[i + 1]])]
+                v_next = vtilde[rows[i + 1]]
             elif done[t]:
                 v_next = 0.0
             elif bootstrap_truncated and (g, next_keys[t]) in vbar:
                 v_next = vbar[(g, next_keys[t])]
             else:
                 v_next = 0.0
-            delta[t] = r[t] + gamma * v_next - vbar[(g, keys[t])]
+            delta[t] = r[t] + gamma * v_next - vtilde[t]
         # 4. GAE backwards through the episode.
         following = 0.0
         for t in reversed(rows):
@@ -120,8 +152,8 @@ def ref_gagpo(
             A[t] = following
     if unnormalized:
         return np.array(A, dtype=np.float64)
-    # 5. Normalisation.
-    return ref_normalize(A, groups, normalize, eps)
+    # 5. Normalisation, then the optional episode-level (GRPO) term.
+    return ref_normalize(A, groups, normalize, eps) + episode_coef * ref_grpo(rewards, episode_index, groups, eps)
 
 
 def _episode_returns(rewards, episode_index, group_index) -> tuple[list[list[int]], list[float], list]:
@@ -231,17 +263,21 @@ def ref_gae(
     return np.array(out, dtype=np.float64)
 
 
-def ref_step_group_stats(group_index, state_keys) -> dict:
-    """Sizes of the (group, state) sets and the share of rows / sets that are singletons."""
-    sizes_of: dict = {}
-    for g, s in zip(_plain(group_index), _plain(state_keys), strict=True):
-        sizes_of[(g, s)] = sizes_of.get((g, s), 0) + 1
-    sizes = list(sizes_of.values())
+def ref_step_group_stats(group_index, state_keys, backoff_keys=(), backoff_min_count: int = 2) -> dict:
+    """Sizes of the (group, state) sets, the share of rows / sets that are singletons, and where rows resolve."""
+    sizes = list(ref_group_state_counts(group_index, state_keys).values())
     rows = sum(sizes)
+    n_levels = len(backoff_keys) + 1
     if not rows:
         return {"rows": 0, "sets": 0, "singleton_row_share": 0.0, "singleton_set_share": 0.0,
-                "set_size_mean": 0.0, "set_size_median": 0.0, "set_size_max": 0}  # fmt: skip
+                "set_size_mean": 0.0, "set_size_median": 0.0, "set_size_max": 0,
+                "level_shares": [0.0] * n_levels, "unresolved_share": 0.0}  # fmt: skip
     singletons = sum(1 for k in sizes if k == 1)
+    # A row at level 0 is unresolved when its own set is too small and no back-off level has m rows.
+    counts = ref_group_state_counts(group_index, state_keys)
+    groups, keys = _plain(group_index), _plain(state_keys)
+    resolved = ref_backoff_levels(groups, keys, backoff_keys, backoff_min_count)
+    unresolved = [lv == 0 and counts[(g, s)] < backoff_min_count for lv, g, s in zip(resolved, groups, keys)]
     return {
         "rows": rows,
         "sets": len(sizes),
@@ -250,4 +286,8 @@ def ref_step_group_stats(group_index, state_keys) -> dict:
         "set_size_mean": rows / len(sizes),
         "set_size_median": float(statistics.median(sizes)),
         "set_size_max": max(sizes),
+        "level_shares": [
+            sum(1 for lv, u in zip(resolved, unresolved) if lv == level and not u) / rows for level in range(n_levels)
+        ],
+        "unresolved_share": sum(unresolved) / rows,
     }

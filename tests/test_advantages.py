@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -21,6 +22,7 @@ from reference_advantages import (
     ref_gae,
     ref_gagpo,
     ref_gigpo,
+    ref_group_state_counts,
     ref_group_state_means,
     ref_grpo,
     ref_normalize,
@@ -29,6 +31,7 @@ from reference_advantages import (
     split_episodes,
 )
 
+from agents import advantages
 from agents.advantages import (
     discounted_returns,
     gae_advantages,
@@ -131,6 +134,22 @@ def base(d: dict, *names: str) -> dict:
     return {k: d[k] for k in names}
 
 
+def draw_levels(data: st.DataObject, n: int) -> list:
+    """0-3 back-off levels for n rows: one key per row drawn independently (levels need not nest) from a small
+    int64 or str pool, or constant (the group level), each in an array, object array or list."""
+    levels = []
+    for kind in data.draw(st.lists(st.sampled_from(["int", "str", "constant int", "constant str"]), max_size=3)):
+        strategy = INT_KEYS if kind.endswith("int") else STR_KEYS
+        if kind.startswith("constant"):
+            keys = [data.draw(strategy)] * n
+        else:
+            pool = data.draw(st.lists(strategy, min_size=1, max_size=4, unique=True))
+            keys = data.draw(st.lists(st.sampled_from(pool), min_size=n, max_size=n))
+        containers = [np.array(keys), keys] + ([] if kind.endswith("int") else [np.array(keys, dtype=object)])
+        levels.append(data.draw(st.sampled_from(containers)))
+    return levels
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Fast == reference on random layouts
 # ---------------------------------------------------------------------------------------------------------
@@ -148,6 +167,26 @@ def base(d: dict, *names: str) -> dict:
 def test_gagpo_matches_reference(layout, gamma, lam, normalize, bootstrap, eps):
     d = assemble(*layout)
     options = dict(gamma=gamma, lam=lam, eps=eps, normalize=normalize, bootstrap_truncated=bootstrap)
+    assert_allclose(gagpo_advantages(**d, **options), ref_gagpo(**d, **options), **TOL)
+
+
+@settings(max_examples=500, **PROFILE)
+@given(
+    layout=layouts(),
+    gamma=UNIT,
+    lam=UNIT,
+    normalize=st.sampled_from(["group", "batch", "none"]),
+    bootstrap=st.booleans(),
+    min_count=st.integers(1, 4),
+    episode_coef=st.sampled_from([0.0, 0.5, 1.0, -2.0]),
+    data=st.data(),
+)
+def test_gagpo_backoff_matches_reference(layout, gamma, lam, normalize, bootstrap, min_count, episode_coef, data):
+    """Key back-off and the episode term: int64 and str levels that need not nest, constant (group) levels."""
+    d = assemble(*layout)
+    levels = draw_levels(data, d["rewards"].size)
+    options = dict(gamma=gamma, lam=lam, normalize=normalize, bootstrap_truncated=bootstrap,
+                   backoff_keys=levels, backoff_min_count=min_count, episode_coef=episode_coef)  # fmt: skip
     assert_allclose(gagpo_advantages(**d, **options), ref_gagpo(**d, **options), **TOL)
 
 
@@ -193,10 +232,12 @@ def test_discounted_returns_match_reference(layout, gamma):
 
 
 @settings(max_examples=250, **PROFILE)
-@given(layout=layouts())
-def test_step_group_stats_match_reference(layout):
+@given(layout=layouts(), min_count=st.integers(1, 4), data=st.data())
+def test_step_group_stats_match_reference(layout, min_count, data):
     d = base(assemble(*layout), "group_index", "state_keys")
+    d.update(backoff_keys=draw_levels(data, len(d["state_keys"])), backoff_min_count=min_count)
     fast, ref = step_group_stats(**d), ref_step_group_stats(**d)
+    assert sum(fast["level_shares"]) + fast["unresolved_share"] == pytest.approx(1.0)
     assert fast.keys() == ref.keys()
     for name, value in ref.items():
         assert fast[name] == pytest.approx(value, rel=1e-12), name
@@ -314,6 +355,149 @@ def test_single_row_groups_get_zero_after_normalisation():
 
 
 # ---------------------------------------------------------------------------------------------------------
+# Key back-off and the episode term: the sanity facts of ALGORITHM.md
+# ---------------------------------------------------------------------------------------------------------
+
+
+@settings(max_examples=150, **PROFILE)
+@given(layout=layouts(), gamma=UNIT, lam=UNIT, min_count=st.integers(1, 5))
+def test_backoff_without_levels_is_plain_gagpo(layout, gamma, lam, min_count):
+    d = assemble(*layout)
+    plain = gagpo_advantages(**d, gamma=gamma, lam=lam)
+    np.testing.assert_array_equal(
+        gagpo_advantages(**d, gamma=gamma, lam=lam, backoff_keys=(), backoff_min_count=min_count), plain
+    )
+
+
+@settings(max_examples=150, **PROFILE)
+@given(layout=layouts(), gamma=UNIT, lam=UNIT, bootstrap=st.booleans(), data=st.data())
+def test_backoff_changes_nothing_when_every_state_set_has_m_rows(layout, gamma, lam, bootstrap, data):
+    d = assemble(*layout)
+    smallest = min(ref_group_state_counts(d["group_index"], d["state_keys"]).values())
+    options = dict(gamma=gamma, lam=lam, bootstrap_truncated=bootstrap)
+    backed_off = gagpo_advantages(
+        **d, **options, backoff_keys=draw_levels(data, d["rewards"].size), backoff_min_count=smallest
+    )
+    np.testing.assert_array_equal(backed_off, gagpo_advantages(**d, **options))
+
+
+@settings(max_examples=150, **PROFILE)
+@given(layout=layouts(), gamma=UNIT, constant=st.one_of(INT_KEYS, STR_KEYS), data=st.data())
+def test_backoff_to_a_constant_level_telescopes_to_return_minus_group_mean(layout, gamma, constant, data):
+    """lam=1, terminated episodes, only the last (constant) level has sets of m rows: A_t = R_t - mean_g R."""
+    episodes, container = layout
+    for e in episodes:
+        e.terminated = True
+    d = assemble(episodes, container)
+    n = d["rewards"].size
+    finer = draw_levels(data, n)
+    # m above every set of level 0 and of the finer levels: only the constant level can resolve a row.
+    m = 1 + max(max(ref_group_state_counts(d["group_index"], keys).values()) for keys in [d["state_keys"], *finer])
+    levels = [*finer, [constant] * n]
+    A = gagpo_advantages(**d, gamma=gamma, lam=1.0, normalize="none", backoff_keys=levels, backoff_min_count=m)
+    R = ref_discounted_returns(d["rewards"], d["episode_index"], gamma)
+    groups = d["group_index"]
+    for g in np.unique(groups):
+        rows = groups == g
+        if rows.sum() >= m:  # a smaller group has no set of m rows at any level and keeps plain GAGPO
+            assert_allclose(A[rows], R[rows] - R[rows].mean(), **TOL)
+
+
+@pytest.mark.parametrize(("next_key", "v_next"), [("b", 0.5), ("unseen", 0.0)])
+def test_truncated_row_bootstraps_from_level_zero_only(next_key, v_next):
+    """The truncated row's own state b backs off to the group mean, but its bootstrap reads Vbar_0(g, b)."""
+    episodes = [
+        Episode(1, 0, ["a", "b"], [0.0, 0.5], False, next_key),
+        Episode(2, 0, ["a", "c"], [0.0, 1.0], True, "<done>"),
+    ]
+    d = assemble(episodes)
+    A = gagpo_advantages(**d, lam=0.0, normalize="none", backoff_keys=[np.zeros(4, dtype=np.int64)])
+    # R = (0.475, 0.5 | 0.95, 1.0); b and c are singletons, so Vtilde = the group mean 0.73125 there.
+    group_mean = (0.475 + 0.5 + 0.95 + 1.0) / 4
+    assert A[1] == pytest.approx(0.5 + 0.95 * v_next - group_mean, abs=1e-12)
+    assert A[0] == pytest.approx(0.0 + 0.95 * group_mean - (0.475 + 0.95) / 2, abs=1e-12)
+    assert_allclose(A, ref_gagpo(**d, lam=0.0, backoff_keys=[[0] * 4], unnormalized=True), atol=1e-12)
+
+
+@settings(max_examples=150, **PROFILE)
+@given(
+    layout=layouts(),
+    normalize=st.sampled_from(["group", "batch", "none"]),
+    episode_coef=st.sampled_from([0.5, 1.0, -3.0]),
+    eps=st.sampled_from([1e-6, 1e-2]),
+)
+def test_episode_coef_adds_grpo_to_the_normalised_advantage(layout, normalize, episode_coef, eps):
+    d = assemble(*layout)
+    plain = gagpo_advantages(**d, normalize=normalize, eps=eps)
+    grpo = grpo_advantages(**base(d, "rewards", "episode_index", "group_index"), eps=eps)
+    both = gagpo_advantages(**d, normalize=normalize, eps=eps, episode_coef=episode_coef)
+    assert_allclose(both, plain + episode_coef * grpo, **TOL)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Hash factorisation of the (group, key) pairs stays exact when hashes collide
+# ---------------------------------------------------------------------------------------------------------
+
+
+def test_colliding_int_pairs_stay_apart():
+    """(g1, k1) and (g2, k2) with the same 64-bit pair hash, also through a truncated row's next key."""
+    g1, g2, k1 = 3, 8, 12345
+    mix = advantages._mix(np.array([g1, g2], dtype=np.uint64))
+    k2 = int(np.array([np.uint64(k1) ^ mix[0] ^ mix[1]]).view(np.int64)[0])
+    code = advantages._key_hash(np.array([k1, k2])) ^ advantages._mix(np.array([g1, g2], dtype=np.uint64))
+    assert code[0] == code[1]
+    episodes = [
+        Episode(0, g1, [k1, 7], [0.0, 1.0], True, 0),
+        Episode(1, g1, [k1], [0.5], False, k2),  # (g1, k2) never occurs: no bootstrap
+        Episode(2, g2, [k2, k2], [0.0, 0.3], True, 0),
+        Episode(3, g2, [7], [0.2], False, k2),
+    ]
+    d = assemble(episodes)
+    options = dict(lam=0.5, backoff_keys=[d["state_keys"]], episode_coef=0.5)
+    assert_allclose(gagpo_advantages(**d, **options), ref_gagpo(**d, **options), **TOL)
+    assert step_group_stats(d["group_index"], d["state_keys"])["sets"] == 4
+
+
+@settings(max_examples=100, **PROFILE)
+@given(layout=layouts(key_kind="str"), min_count=st.integers(1, 3), data=st.data())
+def test_str_keys_in_unicode_and_object_arrays_agree(layout, min_count, data):
+    """Unicode arrays (of any width) and object arrays are hashed differently; the advantages are the same."""
+    d = assemble(*layout)
+    levels = [np.array(k, dtype=str) for k in draw_levels(data, d["rewards"].size)]
+    first = gagpo_advantages(**d, backoff_keys=levels, backoff_min_count=min_count, episode_coef=0.5)
+    objects = dict(d, state_keys=np.array(d["state_keys"], dtype=object))
+    if data.draw(st.booleans()):
+        objects["next_state_keys"] = np.array(d["next_state_keys"], dtype=object)
+    wider = [np.array(k, dtype="U12").astype(object) if data.draw(st.booleans()) else k.astype("U12") for k in levels]
+    second = gagpo_advantages(**objects, backoff_keys=wider, backoff_min_count=min_count, episode_coef=0.5)
+    np.testing.assert_array_equal(first, second)
+
+
+def _colliding_hash(keys: np.ndarray) -> np.ndarray:
+    """The real key hash reduced to 2 bits: most different keys of a group collide."""
+    return _real_key_hash(keys) & np.uint64(3)
+
+
+_real_key_hash = advantages._key_hash
+
+
+@settings(max_examples=100, **PROFILE)
+@given(layout=layouts(), lam=UNIT, min_count=st.integers(1, 3), data=st.data())
+def test_estimators_stay_exact_under_hash_collisions(layout, lam, min_count, data):
+    d = assemble(*layout)
+    levels = draw_levels(data, d["rewards"].size)
+    options = dict(lam=lam, backoff_keys=levels, backoff_min_count=min_count)
+    sets = base(d, "group_index", "state_keys")
+    with mock.patch.object(advantages, "_key_hash", _colliding_hash):
+        assert_allclose(gagpo_advantages(**d, **options), ref_gagpo(**d, **options), **TOL)
+        gigpo_args = base(d, "rewards", "episode_index", "group_index", "state_keys")
+        assert_allclose(gigpo_advantages(**gigpo_args), ref_gigpo(**gigpo_args), **TOL)
+        fast = step_group_stats(**sets, backoff_keys=levels, backoff_min_count=min_count)
+    for name, value in ref_step_group_stats(**sets, backoff_keys=levels, backoff_min_count=min_count).items():
+        assert fast[name] == pytest.approx(value, rel=1e-12), name
+
+
+# ---------------------------------------------------------------------------------------------------------
 # Validation, empty input, determinism
 # ---------------------------------------------------------------------------------------------------------
 
@@ -391,6 +575,10 @@ def test_group_errors(name, changes, message):
         ("gagpo", {"state_keys": np.array(["a", 1, "b", "c", "a"], dtype=object)}, "state_keys mixes"),
         ("gagpo", {"state_keys": np.array(["a", "b", "a", "c", "b"])}, "both be strings"),
         ("gagpo", {"state_keys": np.array([0.5, 1, 0, 2, 3])}, "int64 hashes or strings"),
+        ("gagpo", {"backoff_keys": np.array([1, 2, 1, 3, 2])}, "sequence of key arrays, one per level"),
+        ("gagpo", {"backoff_keys": [np.array([1, 2, 3])]}, r"backoff_keys\[0\] has length 3, expected 5"),
+        ("gagpo", {"backoff_keys": [np.zeros(5, int), ["a", 1, "b", "c", "a"]]}, r"backoff_keys\[1\] mixes"),
+        ("gagpo", {"backoff_keys": [np.zeros(5)]}, r"backoff_keys\[0\] must hold int64 hashes or strings"),
         ("gigpo", {"state_keys": [1, 2, "x", 3, 4]}, "state_keys mixes"),
         ("gigpo", {"state_keys": np.array([1, 2, 1, 3])}, "state_keys has length 4"),
         ("gae", {"terminated": np.array([True, True, False, False, False])}, "not the final row"),
@@ -405,6 +593,11 @@ def test_argument_errors(name, changes, message):
     ("name", "options", "message"),
     [
         ("gagpo", {"normalize": "episode"}, "normalize must be 'group', 'batch' or 'none'"),
+        ("gagpo", {"backoff_min_count": 0}, "backoff_min_count must be an int >= 1, got 0"),
+        ("gagpo", {"backoff_min_count": 2.0}, "backoff_min_count must be an int >= 1, got 2.0"),
+        ("gagpo", {"backoff_min_count": True}, "backoff_min_count must be an int >= 1, got True"),
+        ("gagpo", {"episode_coef": np.nan}, "episode_coef must be a finite number, got nan"),
+        ("gagpo", {"episode_coef": "1"}, "episode_coef must be a finite number"),
         ("gigpo", {"episode_stats": "steps"}, "episode_stats must be 'episodes' or 'rows'"),
         ("gae", {"last_values": np.zeros(4)}, "last_values has length 4, expected 5"),
         ("gae", {"last_values": np.full(5, np.nan)}, "last_values contain NaN"),
@@ -428,6 +621,10 @@ def test_step_group_stats_errors():
         step_group_stats(np.array([0, 0]), np.array([1, 2, 3]))
     with pytest.raises(ValueError, match="mixes"):
         step_group_stats(np.array([0, 0]), ["a", 2])
+    with pytest.raises(ValueError, match=r"backoff_keys\[0\] has length 1, expected 2"):
+        step_group_stats(np.array([0, 0]), np.array([1, 2]), backoff_keys=[[0]])
+    with pytest.raises(ValueError, match="backoff_min_count must be an int >= 1"):
+        step_group_stats(np.array([0, 0]), np.array([1, 2]), backoff_min_count=0)
 
 
 @pytest.mark.parametrize("name", ESTIMATORS)

@@ -8,6 +8,7 @@ from wrappers.text_wrappers import (
     ParseAction,
     StateKey,
     extract_action,
+    parse_backoff_spec,
     parse_key_spec,
     wrap_text_env,
 )
@@ -20,6 +21,7 @@ __all__ = [
     "PromptBuilder",
     "StateKey",
     "extract_action",
+    "parse_backoff_spec",
     "parse_key_spec",
     "wrap_text_env",
 ]

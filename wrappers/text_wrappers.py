@@ -2,7 +2,7 @@
 
 Stack, innermost first (:func:`wrap_text_env` builds it for each sub-env of a grouped vector env)::
 
-    StateKey(key=...)          choose the granularity of ``info["state_key"]``
+    StateKey(key=..., backoff=...)   choose the granularity of ``info["state_key"]``; coarser keys in ``info["keys"]``
     InvalidActionPenalty       reward -= penalty when ``info["action_valid"]`` is False
     History(length)            ``info["history"]``: the last (observation, command) pairs for the prompt
     ParseAction(tagged)        raw LLM text -> command; unparsable output goes down the env's invalid path
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 from collections import deque
+from collections.abc import Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -37,34 +38,61 @@ def parse_key_spec(spec: str) -> tuple[str, int]:
     raise ValueError(f"state key must be 'state', 'observation' or 'history:k' (k >= 1), got {spec!r}")
 
 
+def parse_backoff_spec(spec: str) -> tuple[str, int]:
+    """A back-off key: ``"group"`` (one key for the whole group) or any :func:`parse_key_spec` spec."""
+    if spec == "group":
+        return "group", 0
+    if isinstance(spec, str):
+        try:
+            return parse_key_spec(spec)
+        except ValueError:
+            pass
+    raise ValueError(f"a back-off key must be 'group', 'state', 'observation' or 'history:k' (k >= 1), got {spec!r}")
+
+
 class StateKey(gym.Wrapper):
     """Set ``info["state_key"]`` at the chosen granularity; the env's own key stays in ``info["true_state_key"]``.
 
     * ``"state"``: the env's canonical true-state key (the default where the env knows its state);
     * ``"observation"``: a hash of the observation text (what GiGPO / verl-agent group by);
     * ``"history:k"``: a hash of the last k observations (and the actions between them), history-aware.
+
+    ``backoff`` names further keys of the same state for GAGPO's key back-off, each one of the above or
+    ``"group"`` (the constant 0: one set per rollout group); they go to ``info["keys"]``, by name.
     """
 
-    def __init__(self, env: gym.Env, key: str = "state") -> None:
+    def __init__(self, env: gym.Env, key: str = "state", backoff: Sequence[str] = ()) -> None:
         super().__init__(env)
-        self.kind, k = parse_key_spec(key)
-        self._recent: deque[str] = deque(maxlen=max(2 * k - 1, 1))
+        self.kind, self.k = parse_key_spec(key)
+        self.backoff = {name: parse_backoff_spec(name) for name in backoff}
+        depth = max([k for kind, k in [(self.kind, self.k), *self.backoff.values()] if kind == "history"], default=0)
+        self._recent: deque[str] | None = deque(maxlen=2 * depth - 1) if depth else None
+
+    def _key(self, kind: str, k: int, obs: str, info: dict) -> int | str:
+        if kind == "state":
+            return info["true_state_key"]
+        if kind == "observation":
+            return state_key(obs)
+        if kind == "history":  # the last k observations and the k - 1 actions between them
+            return state_key("\n".join(list(self._recent)[-(2 * k - 1) :]))
+        return 0  # "group"
 
     def _rekey(self, obs: str, info: dict, action: str | None) -> dict:
         info = dict(info)
         info["true_state_key"] = info["state_key"]
-        if self.kind == "observation":
-            info["state_key"] = state_key(obs)
-        elif self.kind == "history":
+        if self._recent is not None:
             if action is not None:
                 self._recent.append(f"> {action}")
             self._recent.append(obs)
-            info["state_key"] = state_key("\n".join(self._recent))
+        info["state_key"] = self._key(self.kind, self.k, obs, info)
+        if self.backoff:
+            info["keys"] = {name: self._key(kind, k, obs, info) for name, (kind, k) in self.backoff.items()}
         return info
 
     def reset(self, **kwargs: Any):
         obs, info = self.env.reset(**kwargs)
-        self._recent.clear()
+        if self._recent is not None:
+            self._recent.clear()
         return obs, self._rekey(obs, info, None)
 
     def step(self, action):
@@ -146,10 +174,16 @@ class History(gym.Wrapper):
 
 
 def wrap_text_env(
-    env: gym.Env, *, key: str = "state", penalty: float = 0.01, history_length: int = 2, tagged: bool = True
+    env: gym.Env,
+    *,
+    key: str = "state",
+    penalty: float = 0.01,
+    history_length: int = 2,
+    tagged: bool = True,
+    backoff: Sequence[str] = (),
 ) -> gym.Env:
-    """The standard stack for training: key granularity, invalid-action penalty, history, action parsing."""
-    env = StateKey(env, key)
+    """The standard stack for training: state and back-off keys, invalid-action penalty, history, action parsing."""
+    env = StateKey(env, key, backoff)
     env = InvalidActionPenalty(env, penalty)
     env = History(env, history_length)
     return ParseAction(env, tagged)
