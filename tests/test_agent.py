@@ -17,8 +17,8 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from agent_helpers import capture_logs
 from stable_baselines3.common.callbacks import BaseCallback, CallbackList, CheckpointCallback, ProgressBarCallback
-from stable_baselines3.common.logger import KVWriter, Logger
 
 import gagpo_gym
 from agents import GAGPOAgent, GAGPOConfig
@@ -90,25 +90,6 @@ def wrap_signs(history_length: int = 1) -> gym.Env:
 
 def make_agent(**overrides: Any) -> GAGPOAgent:
     return GAGPOAgent(SIGNS, **{**SMALL, **overrides})
-
-
-class Capture(KVWriter):
-    """Keeps every dump of SB3's logger."""
-
-    def __init__(self) -> None:
-        self.dumps: list[dict[str, Any]] = []
-
-    def write(self, key_values: dict[str, Any], key_excluded: dict, step: int = 0) -> None:
-        self.dumps.append(dict(key_values))
-
-    def close(self) -> None:
-        pass
-
-
-def capture_logs(agent: GAGPOAgent) -> Capture:
-    capture = Capture()
-    agent.set_logger(Logger(folder=None, output_formats=[capture]))
-    return capture
 
 
 def collect(agent: GAGPOAgent) -> list[Row]:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from agent_helpers import save_tiny_checkpoint
 
 from agents import GAGPOAgent
 
@@ -18,11 +19,7 @@ SMALL = {"num_groups": 2, "group_size": 2, "minibatch_size": 8, "torch_threads":
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory) -> Path:
-    agent = GAGPOAgent(ENV, tiny_hidden_size=32, **SMALL)
-    folder = tmp_path_factory.mktemp("ckpt") / "model"
-    agent.policy.model.save_pretrained(folder)
-    agent.policy.tokenizer.save_pretrained(folder)
-    return folder
+    return save_tiny_checkpoint(tmp_path_factory.mktemp("ckpt") / "model", ENV, **SMALL)
 
 
 def test_local_checkpoint_full_finetune_uses_generate_mode(checkpoint: Path) -> None:

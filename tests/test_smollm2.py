@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 import torch
-from stable_baselines3.common.logger import KVWriter, Logger
+from agent_helpers import Capture
+from stable_baselines3.common.logger import Logger
 
 from agents import GAGPOAgent
 from agents.evaluation import info_at
@@ -31,17 +32,6 @@ def smollm2() -> Path:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.fetch_smollm2()
-
-
-class Capture(KVWriter):
-    def __init__(self) -> None:
-        self.dumps: list[dict[str, Any]] = []
-
-    def write(self, key_values: dict[str, Any], key_excluded: dict, step: int = 0) -> None:
-        self.dumps.append(dict(key_values))
-
-    def close(self) -> None:
-        pass
 
 
 def first_observations(agent: GAGPOAgent) -> tuple[list[str], list[dict]]:

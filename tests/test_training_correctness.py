@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from agent_helpers import capture_logs, save_tiny_checkpoint
 from safetensors import safe_open
-from stable_baselines3.common.logger import KVWriter, Logger
 
 from agents import GAGPOAgent
 from agents.config import CLIP_CHOOSE, CLIP_GENERATE, GAGPOConfig
@@ -30,28 +30,7 @@ SMALL: dict[str, Any] = {
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory) -> Path:
     """A 'pretrained' checkpoint: the tiny model written with save_pretrained."""
-    agent = GAGPOAgent(ENV, tiny_hidden_size=32, **SMALL)
-    folder = tmp_path_factory.mktemp("ckpt") / "model"
-    agent.policy.model.save_pretrained(folder)
-    agent.policy.tokenizer.save_pretrained(folder)
-    return folder
-
-
-class Capture(KVWriter):
-    def __init__(self) -> None:
-        self.dumps: list[dict[str, Any]] = []
-
-    def write(self, key_values: dict[str, Any], key_excluded: dict, step: int = 0) -> None:
-        self.dumps.append(dict(key_values))
-
-    def close(self) -> None:
-        pass
-
-
-def logged(agent: GAGPOAgent) -> Capture:
-    capture = Capture()
-    agent.set_logger(Logger(folder=None, output_formats=[capture]))
-    return capture
+    return save_tiny_checkpoint(tmp_path_factory.mktemp("ckpt") / "model", ENV, **SMALL)
 
 
 def moved_share(before: dict[str, torch.Tensor], model: torch.nn.Module) -> float:
@@ -68,7 +47,7 @@ def test_bf16_compute_trains_fp32_master_weights_that_move_at_the_default_lr(che
     assert agent.precision.compute_dtype == torch.bfloat16
     assert all(p.dtype == torch.float32 for p in agent.policy.parameters() if p.requires_grad)
     before = {n: p.detach().clone() for n, p in agent.policy.model.named_parameters()}
-    logs = logged(agent)
+    logs = capture_logs(agent)
     agent.learn(1)
     assert logs.dumps[-1]["train/grad_norm"] > 0
     # bf16 weights moved 1.8% of their entries at lr 1e-6; fp32 master weights move (almost) all of them.
@@ -160,7 +139,7 @@ def test_first_minibatch_ratio_is_one_in_fp32(checkpoint: Path, mode: str) -> No
     agent = GAGPOAgent(ENV, model=str(checkpoint), action_mode=mode, max_new_tokens=8, token_budget=400, **config)
     calls = []
     agent.reference.get_decoder().register_forward_hook(lambda *_: calls.append(1))
-    logs = logged(agent)
+    logs = capture_logs(agent)
     agent.learn(1)
     record = logs.dumps[-1]
     assert record["train/first_ratio_dev"] <= 1e-6
@@ -175,7 +154,7 @@ def test_no_entropy_in_the_update_without_an_entropy_bonus(checkpoint: Path) -> 
     asked: list[bool] = []
     evaluate = agent.policy.actions.evaluate
     agent.policy.actions.evaluate = lambda *a: asked.append(a[-1]) or evaluate(*a)
-    logs = logged(agent)
+    logs = capture_logs(agent)
     agent.learn(1)
     n_recompute = len(agent._micro_batches(agent.buffer.rows))
     assert asked[:n_recompute] == [True] * n_recompute  # logged once per rollout, without gradients
