@@ -176,6 +176,7 @@ class GAGPOAgent:
         optimizer = torch.optim.AdamW(self.params, lr=c.learning_rate, weight_decay=c.weight_decay)
         self.optimizer = self.dist.prepare_optimizer(optimizer)
         self.buffer = GroupRolloutBuffer(c)
+        self._plan: list[list[list[Row]]] | None = None  # the next update's minibatches (drawn at the recompute)
         self.set_logger(self._default_logger(log_dir))
         self._mark_boundary()
 
@@ -394,11 +395,15 @@ class GAGPOAgent:
 
         The sampler's log-probs come from another computation (cached, batched differently, maybe another
         engine); the PPO ratio must start at exactly 1, so the trainer's forward is the source of truth, as in
-        verl and TRL. The largest gap to the sampler's values is logged.
+        verl and TRL. The rows are recomputed in the first epoch's minibatches and micro-batches, so the first
+        optimiser step sees bit-identical log-probs (same shapes, same kernels: the ratio is exactly 1, in bf16
+        too). The largest gap to the sampler's values is logged.
         """
         self.policy.train()  # the mode the update runs in (dropout, gradient checkpointing)
+        self._plan = self._update_plan()
         gap, entropy = 0.0, []
-        for micro in self._micro_batches(self.buffer.rows):
+        micros = [m for minibatch in self._plan[0] for m in self._micro_batches(minibatch)]
+        for micro in micros:
             ev = self._evaluate_rows(micro)
             ref = self._reference_eval(micro) if self.config.kl_coef > 0 else None
             logp = ev.logp.float().cpu().numpy()
@@ -430,17 +435,14 @@ class GAGPOAgent:
         """
         c, dist = self.config, self.dist
         self.policy.train()
-        rows = self.buffer.rows
         t0 = time.perf_counter()
         keys = ("policy_loss", "kl", "entropy", "clip_fraction", "approx_kl", "grad_norm", "value_loss")
         logs: dict[str, list[float]] = {k: [] for k in keys}
         skipped = 0
         first_ratio_dev = None
-        steps = max(1, math.ceil(int(dist.sum([len(rows)])[0]) / c.minibatch_size))
-        for _ in range(c.n_epochs):
-            order = self.rng.permutation(len(rows))
-            for chunk in np.array_split(order, steps):
-                minibatch = [rows[i] for i in chunk]
+        plan, self._plan = self._plan or self._update_plan(), None
+        for minibatches in plan:
+            for minibatch in minibatches:
                 micros = self._micro_batches(minibatch)
                 sizes = dist.gather((len(minibatch), len(micros)))
                 global_rows, n_micro = sum(s[0] for s in sizes), max(s[1] for s in sizes)
@@ -472,6 +474,17 @@ class GAGPOAgent:
         for key, values in logs.items():
             if values and key != "ratio_dev":
                 self.logger.record(f"train/{key}", float(np.mean(values)))
+
+    def _update_plan(self) -> list[list[list[Row]]]:
+        """The update's minibatches, epoch by epoch: a fresh permutation of the rollout each epoch, cut into
+        ``ceil(global rows / minibatch_size)`` nearly equal parts (every rank takes the same number of steps)."""
+        rows = self.buffer.rows
+        steps = max(1, math.ceil(int(self.dist.sum([len(rows)])[0]) / self.config.minibatch_size))
+        plan = []
+        for _ in range(self.config.n_epochs):
+            order = self.rng.permutation(len(rows))
+            plan.append([[rows[i] for i in chunk] for chunk in np.array_split(order, steps)])
+        return plan
 
     def _micro_loss(self, micro: list[Row], logs: dict[str, list[float]]) -> torch.Tensor:
         """The loss of one micro-batch, a mean over its actions (logs its parts)."""

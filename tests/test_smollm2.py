@@ -58,7 +58,7 @@ def test_lora_gradient_checkpointing_bf16(smollm2: Path, tmp_path: Path, mode: s
     record = capture.dumps[-1]
     print(f"\n{mode}: first-minibatch |ratio-1| (bf16) = {record['train/first_ratio_dev']:.3g}, "
           f"sampler/trainer log-prob gap = {record['rollout/logp_gap_max']:.3g}")  # fmt: skip
-    assert record["train/first_ratio_dev"] < 0.05 and record["train/kl"] >= 0
+    assert record["train/first_ratio_dev"] == 0.0 and record["train/kl"] >= 0  # recomputed in the update's batches
     moved = sum(int((named[n] != b).sum()) for n, b in lora_b.items()) / sum(b.numel() for b in lora_b.values())
     assert moved > 0.95  # fp32 adapters move at lr 1e-6
     assert all(torch.equal(named[n], b) for n, b in base.items())  # the base (and so the reference) is frozen
