@@ -76,9 +76,13 @@ def load_tokenizer(source: str | Path):
 
 
 def check_model_source(source: str) -> None:
-    """A path-like source that does not exist is a typo, not a hub id: say so before transformers does."""
+    """A path-like source that does not exist is a typo, not a hub id: say so before transformers does.
+
+    Hub ids are ``name`` or ``org/name`` (dots allowed: ``Qwen/Qwen2.5-1.5B``); a source is taken as a local path
+    when it starts like one, has more than one ``/``, or its first part is a folder here (``runs/typo``).
+    """
     path = Path(source).expanduser()
-    looks_local = source.startswith((".", "/", "~")) or source.count("/") > 1 or path.suffix
+    looks_local = source.startswith((".", "/", "~")) or source.count("/") > 1 or Path(path.parts[0]).is_dir()
     if looks_local and not path.exists():
         raise FileNotFoundError(f"model folder {source!r} does not exist")
 

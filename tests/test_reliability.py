@@ -18,6 +18,7 @@ from stable_baselines3.common.callbacks import BaseCallback, StopTrainingOnMaxEp
 import gagpo_gym
 from agents import GAGPOAgent, GAGPOConfig
 from agents.callbacks import OneLineOutput
+from agents.models import check_model_source
 from gagpo_gym.core import TextEnv
 
 ENV = "gagpo_gym/FrozenLake-v0"
@@ -202,6 +203,8 @@ def test_empty_admissible_list_in_choose_mode_names_env_and_task() -> None:
 def test_mistyped_local_model_path_says_the_folder_does_not_exist(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="model folder .* does not exist"):
         GAGPOAgent(ENV, model=str(tmp_path / "no-such-model"), **SMALL)
+    for hub_id in ("Qwen/Qwen2.5-1.5B-Instruct", "gpt2"):  # hub ids (dots included) are left to transformers
+        check_model_source(hub_id)
 
 
 # ----- 12. friction -------------------------------------------------------------------------------------
