@@ -262,7 +262,7 @@ class GAGPOAgent:
         # Task seeds of iteration k come from (seed, k): reproducible, resumable, and unrelated across seeds. All
         # groups' seeds are drawn at once and each rank plays its slice: together, one process's tasks.
         sampler = np.random.default_rng(int(np.random.SeedSequence([c.seed, self.iteration]).generate_state(1)[0]))
-        task_seeds = sampler.integers(0, env.task_pool or c.task_pool or 2**31 - 1, size=self.num_groups)
+        task_seeds = env.draw_task_seeds(sampler, self.num_groups)
         local_seeds = task_seeds[self.group_offset : self.group_offset + env.num_groups]
         obs, infos = env.reset(options={"task_seeds": local_seeds})
         if "history" not in infos:
@@ -451,14 +451,14 @@ class GAGPOAgent:
                 for k in range(n_micro):
                     micro = micros[k] if k < len(micros) else []
                     with dist.no_sync(self.policy.forward_core, skip=k < n_micro - 1):
-                        loss = self._micro_loss(micro, logs) if micro else None
+                        loss, dev = self._micro_loss(micro, logs) if micro else (None, 0.0)
                         if loss is not None and not torch.isfinite(loss):
                             bad, loss = 1, None
                         if loss is None:
                             dist.backward(self._zero_loss())  # keeps this rank's collectives in step
                             continue
                         dist.backward(loss * (len(micro) / global_rows * dist.world_size))
-                        ratio_dev = max(ratio_dev, logs["ratio_dev"].pop())
+                        ratio_dev = max(ratio_dev, dev)
                 if first_ratio_dev is None:  # before any step: on-policy, so the ratio must be 1
                     first_ratio_dev = max(dist.gather(ratio_dev))
                 grad_norm = dist.clip_grad_norm_(self.params, c.max_grad_norm)
@@ -472,7 +472,7 @@ class GAGPOAgent:
         self.logger.record("train/skipped_updates", skipped)
         self.logger.record("train/first_ratio_dev", first_ratio_dev or 0.0)
         for key, values in logs.items():
-            if values and key != "ratio_dev":
+            if values:
                 self.logger.record(f"train/{key}", float(np.mean(values)))
 
     def _update_plan(self) -> list[list[list[Row]]]:
@@ -486,8 +486,8 @@ class GAGPOAgent:
             plan.append([[rows[i] for i in chunk] for chunk in np.array_split(order, steps)])
         return plan
 
-    def _micro_loss(self, micro: list[Row], logs: dict[str, list[float]]) -> torch.Tensor:
-        """The loss of one micro-batch, a mean over its actions (logs its parts)."""
+    def _micro_loss(self, micro: list[Row], logs: dict[str, list[float]]) -> tuple[torch.Tensor, float]:
+        """The loss of one micro-batch, a mean over its actions (logs its parts), and its largest |ratio - 1|."""
         c = self.config
         ev = self._evaluate_rows(micro, entropy=c.ent_coef > 0)
         device = ev.logp.device
@@ -512,8 +512,7 @@ class GAGPOAgent:
         logs["policy_loss"].append(float(pg_loss.detach()))
         logs["clip_fraction"].append(float(info["clip_fraction"]))
         logs["approx_kl"].append(float(info["approx_kl"]))
-        logs.setdefault("ratio_dev", []).append(float(info["ratio_dev_max"]))
-        return loss
+        return loss, float(info["ratio_dev_max"])
 
     def _zero_loss(self) -> torch.Tensor:
         """A zero loss through the whole wrapped model (one token, one prediction): a rank with no rows left

@@ -238,7 +238,7 @@ class GroupedVectorEnv(VectorEnv):
             self._sampler = np.random.default_rng(seed)
         seeds = (options or {}).get("task_seeds")
         if seeds is None:
-            seeds = self._sampler.integers(0, self.task_pool or 2**31 - 1, size=self.num_groups)
+            seeds = self.draw_task_seeds(self._sampler, self.num_groups)
         seeds = np.asarray(seeds, dtype=np.int64)
         if seeds.shape != (self.num_groups,):
             raise ValueError(f"task_seeds must have one seed per group ({self.num_groups}), got {seeds.shape}")
@@ -255,6 +255,13 @@ class GroupedVectorEnv(VectorEnv):
             self._observations[i] = obs
             infos = self._add_info(infos, info, i)
         return tuple(self._observations), infos
+
+    def draw_task_seeds(self, sampler: np.random.Generator, n: int) -> np.ndarray:
+        """``n`` task seeds (from the task pool when there is one): what a reset without explicit seeds plays.
+
+        A trainer spreading groups over processes draws every group's seed with this and hands each rank its slice.
+        """
+        return sampler.integers(0, self.task_pool or 2**31 - 1, size=n)
 
     def step(self, actions: Sequence[Any]):
         """Step the active members with their actions (entries for finished members are ignored).
