@@ -76,17 +76,13 @@ def budget_batches(sizes: Sequence[int], budget: int) -> list[list[int]]:
     return batches + ([current] if current else [])
 
 
-def _chunk_log_probs(head: nn.Module, hidden: torch.Tensor, targets: torch.Tensor, temperature: float):
+def _chunk_log_probs(
+    head: nn.Module, hidden: torch.Tensor, targets: torch.Tensor, temperature: float, entropy: bool
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     logits = head(hidden).float() / temperature
     lse = logits.logsumexp(-1)
-    return logits.gather(-1, targets[:, None]).squeeze(-1) - lse
-
-
-def _chunk_log_probs_entropy(head: nn.Module, hidden: torch.Tensor, targets: torch.Tensor, temperature: float):
-    logits = head(hidden).float() / temperature
-    lse = logits.logsumexp(-1)
-    entropy = lse - (torch.softmax(logits, -1) * logits).sum(-1)
-    return logits.gather(-1, targets[:, None]).squeeze(-1) - lse, entropy
+    ent = lse - (torch.softmax(logits, -1) * logits).sum(-1) if entropy else None
+    return logits.gather(-1, targets[:, None]).squeeze(-1) - lse, ent
 
 
 def token_log_probs(
@@ -98,13 +94,11 @@ def token_log_probs(
     """
     vocab = head.weight.shape[0]
     chunk = max(1, LOGIT_CHUNK_ELEMENTS // vocab)
-    fn = _chunk_log_probs_entropy if entropy else _chunk_log_probs
     grad = torch.is_grad_enabled() and hidden.requires_grad and hidden.shape[0] > chunk
     logps, entropies = [], []
     for start in range(0, hidden.shape[0], chunk):
-        args = (head, hidden[start : start + chunk], targets[start : start + chunk], temperature)
-        out = checkpoint(fn, *args, use_reentrant=False) if grad else fn(*args)
-        logp, ent = out if entropy else (out, None)
+        args = (head, hidden[start : start + chunk], targets[start : start + chunk], temperature, entropy)
+        logp, ent = checkpoint(_chunk_log_probs, *args, use_reentrant=False) if grad else _chunk_log_probs(*args)
         logps.append(logp)
         entropies.append(ent)
     if not logps:
