@@ -16,8 +16,6 @@ from stable_baselines3.common.logger import Logger
 from agents import GAGPOAgent
 from agents.evaluation import info_at
 
-pytest.importorskip("gguf")  # the dev extra installs it
-
 ROOT = Path(__file__).resolve().parents[1]
 ENV = "gagpo_gym/FrozenLake-v0"
 SMALL: dict[str, Any] = {
