@@ -37,6 +37,7 @@ from agents.loss import clipped_policy_loss, k3_kl
 from agents.models import Models, build_models
 from agents.policy import PolicyCore, budget_batches
 from agents.tiny import collect_env_text
+from agents.warm_start import read_prior
 from wrappers import GroupedVectorEnv, PromptBuilder
 
 AGENT_FILE = "agent.json"
@@ -100,7 +101,9 @@ class GAGPOAgent:
         env: an env id (``"gagpo_gym/Maze-v0"``), an env made with ``gymnasium.make``, or a
             :class:`~wrappers.GroupedVectorEnv` whose sub-envs are wrapped with :func:`~wrappers.wrap_text_env`.
         model: ``"tiny"`` (a small Qwen2 built from a config, tokenizer trained on the env's text) or a local
-            checkpoint path / hub id for ``AutoModelForCausalLM``.
+            checkpoint path / hub id for ``AutoModelForCausalLM``. A folder written by
+            :func:`~agents.warm_start.warm_start` is a tiny model with a language prior: it fine-tunes with the tiny
+            model's defaults and the prompt settings it was trained with.
         estimator: ``"gagpo"`` | ``"gigpo"`` | ``"grpo"`` | ``"rloo"`` | ``"ppo"``.
         env_kwargs: constructor arguments for the env (with an env id).
         verbose: 0 silent, 1 one line per iteration on stdout, 2 SB3's full table.
@@ -125,7 +128,12 @@ class GAGPOAgent:
         if seed is not None:
             hyperparameters["seed"] = seed
         self.model_source = model
-        self.tiny = model == "tiny"
+        # A warm-started tiny model (agents.warm_start) fine-tunes with the tiny model's defaults and the prompt
+        # settings it was trained with, unless given others.
+        prior = read_prior(model) if model != "tiny" else None
+        for key, value in (prior or {}).get("prompt", {}).items():
+            hyperparameters.setdefault(key, value)
+        self.tiny = model == "tiny" or prior is not None
         self.config = GAGPOConfig.from_dict({"estimator": estimator, **hyperparameters}).resolved(self.tiny)
         c = self.config
         if self.tiny and c.lora_r > 0:
@@ -163,7 +171,7 @@ class GAGPOAgent:
                 functools.partial(make_env, self.env_id, self.env_kwargs, None, self.env_wrappers),
                 seed=c.seed,
             )
-        with _quiet_hub() if _checkpoint is not None else contextlib.nullcontext():
+        with _quiet_hub() if _checkpoint is not None or prior is not None else contextlib.nullcontext():
             models: Models = build_models(c, model, corpus=corpus, checkpoint=_checkpoint, device=self.dist.device)
         self.policy, self.reference = models.policy, models.reference
         self.reference_core = PolicyCore(self.reference) if self.reference is not None else None

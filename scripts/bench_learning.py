@@ -42,6 +42,7 @@ from _common import (
 from stable_baselines3.common.logger import KVWriter, Logger
 
 from agents.config import ESTIMATORS
+from agents.warm_start import HELDOUT_OFFSET
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,7 @@ class EnvSetup:
     bar: float = 0.8
     note: str = ""
     budget: dict[str, dict[str, Any]] = field(default_factory=dict)  # preset name -> overrides for this env
+    prior: dict[str, Any] = field(default_factory=dict)  # warm-start recipe (agents.warm_start); empty: from scratch
 
 
 #: Named benchmark envs: small instances and a finite task pool, so that a tiny model trained from scratch learns
@@ -76,6 +78,16 @@ ENVS: dict[str, EnvSetup] = {
         note="small houses (3-4 receptacles, 0-1 distractors), pick-and-place, 20-step limit; random: 16% success",
         budget={"quick": {"total_steps": 4000, "eval_every": 1000}},
     ),
+    # The paper's regime: many tasks, a model that already reads them. Training on 64 tasks from a warm-start prior
+    # (noisy-expert imitation on those tasks), greedy evaluation on held-out tasks.
+    "maze-many": EnvSetup(
+        "gagpo_gym/Maze-v0",
+        {"max_episode_steps": 30},
+        {"num_groups": 8, "group_size": 8, "history_length": 0, "task_pool": 64},
+        bar=0.6,
+        note="5x5 mazes, one per task seed, 30-step limit; 64 training layouts, held-out layouts in evaluation",
+        prior={"episodes": 400, "epsilon": 0.3, "epochs": 10},
+    ),
 }  # fmt: skip
 
 #: Budgets (an env setup may scale them). ``quick`` is sized for about 15 minutes per env (5 estimators x 3 seeds)
@@ -83,7 +95,20 @@ ENVS: dict[str, EnvSetup] = {
 PRESETS: dict[str, dict[str, Any]] = {
     "quick": {"total_steps": 6000, "eval_every": 1500, "eval_tasks": 8, "seeds": [0, 1, 2]},
     "full": {"total_steps": 40000, "eval_every": 4000, "eval_tasks": 64, "seeds": [0, 1, 2, 3, 4]},
+    # From the env setup's warm-start prior, evaluated on held-out tasks (seeds from HELDOUT_OFFSET on).
+    "paper": {"total_steps": 8000, "eval_every": 2000, "eval_tasks": 100, "seeds": [0, 1, 2, 3, 4], "heldout": True},
 }
+#: Hyperparameters that shape a warm-start prior (the training tasks, the prompt, the model's size).
+PRIOR_SHAPING = (
+    "task_pool",
+    "history_length",
+    "show_admissible",
+    "max_prompt_tokens",
+    "tiny_hidden_size",
+    "tiny_layers",
+)
+#: Ratios of env steps to the bar reported with bootstrap intervals: (numerator, denominator) labels.
+RATIOS = (("gagpo", "gigpo"), ("gagpo", "grpo"))
 DIAGNOSTICS = {
     "advantage/iqr": "adv IQR",
     "advantage/share_abs_gt_1": "share abs(A)>1",
@@ -122,6 +147,8 @@ class RunSpec:
     eval_every: int
     eval_tasks: int
     sampled_eval: bool
+    model: str = "tiny"
+    eval_offset: int = 0
 
 
 def run_one(spec: RunSpec) -> dict[str, Any]:
@@ -131,6 +158,7 @@ def run_one(spec: RunSpec) -> dict[str, Any]:
     started = time.perf_counter()
     agent = GAGPOAgent(
         spec.setup.env_id,
+        spec.model,
         estimator=spec.estimator,
         env_kwargs=spec.setup.env_kwargs,
         verbose=0,
@@ -146,7 +174,10 @@ def run_one(spec: RunSpec) -> dict[str, Any]:
     while True:
         t0 = time.perf_counter()
         metrics = agent.evaluate(
-            n_tasks=spec.eval_tasks, deterministic=not spec.sampled_eval, batch_size=spec.eval_tasks
+            n_tasks=spec.eval_tasks,
+            deterministic=not spec.sampled_eval,
+            batch_size=min(spec.eval_tasks, 50),
+            seed_offset=spec.eval_offset,
         )
         eval_s += time.perf_counter() - t0
         curve.append({
@@ -162,7 +193,8 @@ def run_one(spec: RunSpec) -> dict[str, Any]:
     wall = time.perf_counter() - started
     return {
         "env": spec.env_name, "label": spec.label, "estimator": spec.estimator, "seed": spec.seed,
-        "config": agent.config.to_dict(), "eval_tasks": spec.eval_tasks, "curve": curve, "iterations": recorder.rows,
+        "config": agent.config.to_dict(), "model": spec.model, "eval_tasks": spec.eval_tasks,
+        "eval_offset": spec.eval_offset, "curve": curve, "iterations": recorder.rows,
         "wall_s": wall, "build_s": build_s, "eval_s": eval_s, "train_s": wall - build_s - eval_s,
     }  # fmt: skip
 
@@ -226,6 +258,36 @@ def summarize(runs: list[dict[str, Any]], labels: list[str], bar: float, budget:
             row[name] = f"{np.mean(per_run):.3f}" if per_run else "-"
         row["train s/run"] = f"{np.mean([r['train_s'] for r in mine]):.0f}"
         rows.append(row)
+    return rows
+
+
+def bootstrap_ratio(
+    num: list[float], den: list[float], *, draws: int = 10_000, level: float = 0.9, seed: int = 0
+) -> tuple[float, float, float]:
+    """Ratio of means ``mean(num) / mean(den)`` and its percentile bootstrap interval, resampling seeds of each side."""
+    rng = np.random.default_rng(seed)
+    a, b = np.asarray(num, dtype=float), np.asarray(den, dtype=float)
+    ratios = a[rng.integers(len(a), size=(draws, len(a)))].mean(1) / b[rng.integers(len(b), size=(draws, len(b)))].mean(
+        1
+    )
+    tail = (1 - level) / 2
+    return float(a.mean() / b.mean()), float(np.quantile(ratios, tail)), float(np.quantile(ratios, 1 - tail))
+
+
+def ratio_table(runs: list[dict[str, Any]], bar: float, budget: int) -> list[dict[str, Any]]:
+    """GAGPO against each baseline of RATIOS: env steps to the bar (censored at the budget) and final success."""
+    rows = []
+    for num, den in RATIOS:
+        a = [r for r in runs if r["label"] == num]
+        b = [r for r in runs if r["label"] == den]
+        if not a or not b:
+            continue
+        steps = bootstrap_ratio(*([steps_to_bar(r["curve"], bar) or budget for r in side] for side in (a, b)))
+        final = [np.mean([r["curve"][-1]["success"] for r in side]) for side in (a, b)]
+        rows.append({
+            "ratio": f"{num} / {den}", "steps to bar (censored)": f"{steps[0]:.2f}x [{steps[1]:.2f}, {steps[2]:.2f}]",
+            "final success (numerator vs denominator)": f"{final[0]:.3f} vs {final[1]:.3f}",
+        })  # fmt: skip
     return rows
 
 
@@ -298,10 +360,16 @@ def build_parser() -> tuple[argparse.ArgumentParser, list[str]]:
     preset = parser.add_mutually_exclusive_group()
     preset.add_argument("--quick", action="store_true", help=f"preset {PRESETS['quick']} (the default)")
     preset.add_argument("--full", action="store_true", help=f"preset {PRESETS['full']}")
+    preset.add_argument(
+        "--paper", action="store_true", help=f"preset {PRESETS['paper']}: from each env's warm-start prior"
+    )
     parser.add_argument("--envs", nargs="+", default=["maze"], help=f"named setups {sorted(ENVS)} or env ids")
     parser.add_argument("--env-kwargs", default=None, help="JSON merged into every env's constructor arguments")
     parser.add_argument("--estimators", nargs="+", default=list(ESTIMATORS), choices=ESTIMATORS)
     parser.add_argument("--seeds", nargs="+", type=int, default=None, help="seeds (preset: 3 or 5)")
+    parser.add_argument(
+        "--backoff", nargs="+", default=None, help="extra GAGPO runs with key_backoff set to these keys (e.g. group)"
+    )
     parser.add_argument("--lam-sweep", nargs="+", type=float, default=None, help="extra GAGPO runs at these lambdas")
     parser.add_argument("--total-steps", type=int, default=None, help="env-step budget per run (preset)")
     parser.add_argument("--eval-every", type=int, default=None, help="env steps between evaluations (preset)")
@@ -340,14 +408,18 @@ def _check_env(setup: EnvSetup) -> None:
         fail(f"cannot make {setup.env_id} with {setup.env_kwargs}: {err}")
 
 
-def _runs_for(name: str, setup: EnvSetup, args: argparse.Namespace, overrides: dict[str, Any], budget: dict):
-    """The run list: every estimator x seed, plus GAGPO at each lambda of the sweep."""
+def _runs_for(
+    name: str, setup: EnvSetup, args: argparse.Namespace, overrides: dict[str, Any], budget: dict, model: str
+):  # fmt: skip
+    """The run list: every estimator x seed, plus GAGPO with back-off and at each lambda of the sweep."""
     variants: list[tuple[str, str, dict[str, Any]]] = []
     base = {"torch_threads": 1, **setup.config, **overrides}
     default_lam = base.get("lam", 0.8)
     for estimator in args.estimators:
         label = f"gagpo (lam={default_lam:g})" if estimator == "gagpo" and args.lam_sweep else estimator
         variants.append((label, estimator, base))
+    if args.backoff:
+        variants.append((f"gagpo+backoff({','.join(args.backoff)})", "gagpo", {**base, "key_backoff": args.backoff}))
     for lam in args.lam_sweep or []:
         if "gagpo" in args.estimators and abs(lam - default_lam) < 1e-12:
             continue
@@ -355,10 +427,12 @@ def _runs_for(name: str, setup: EnvSetup, args: argparse.Namespace, overrides: d
     for _, estimator, config in variants:
         validated_config({**config, "estimator": estimator})
     pool = base.get("task_pool", 0)
-    eval_tasks = min(budget["eval_tasks"], pool) if pool else budget["eval_tasks"]  # the pool's tasks, each once
+    heldout = budget.get("heldout", False)
+    # Training tasks: the pool's tasks, each once; held-out: tasks never drawn in training.
+    eval_tasks = min(budget["eval_tasks"], pool) if pool and not heldout else budget["eval_tasks"]
     specs = [
         RunSpec(name, setup, label, estimator, seed, config, budget["total_steps"], budget["eval_every"],
-                eval_tasks, args.eval_sampled)
+                eval_tasks, args.eval_sampled, model, HELDOUT_OFFSET if heldout else 0)
         for label, estimator, config in variants
         for seed in budget["seeds"]
     ]  # fmt: skip
@@ -376,13 +450,16 @@ def main(argv: list[str] | None = None) -> int:
     setups = _setups(args)
     out = Path(args.out)
     total_started = time.perf_counter()
-    preset = "full" if args.full else "quick"
+    preset = "full" if args.full else "paper" if args.paper else "quick"
     for name, setup in setups.items():
         budget = {**PRESETS[preset], **setup.budget.get(preset, {})}
         for key in ("total_steps", "eval_every", "eval_tasks", "seeds"):
             if getattr(args, key) is not None:
                 budget[key] = getattr(args, key)
-        specs, labels = _runs_for(name, setup, args, overrides, budget)
+        if budget.get("heldout") and not setup.prior:
+            fail(f"--paper starts from a warm-start prior: {name} has none (use one of {_with_prior()})")
+        model = build_prior(name, setup, overrides) if budget.get("heldout") else "tiny"
+        specs, labels = _runs_for(name, setup, args, overrides, budget, model)
         bar = args.bar if args.bar is not None else setup.bar
         print(f"== {name}: {setup.env_id} {json.dumps(setup.env_kwargs)}; {len(specs)} runs "
               f"({len(labels)} estimators x {len(budget['seeds'])} seeds), {budget['total_steps']} env steps each, "
@@ -393,6 +470,27 @@ def main(argv: list[str] | None = None) -> int:
         write_outputs(out, f"{name}{args.tag}", setup, runs, labels, bar, budget, elapsed, args)
     print(f"total time {time.perf_counter() - total_started:.0f}s")
     return 0
+
+
+def _with_prior() -> list[str]:
+    return sorted(name for name, setup in ENVS.items() if setup.prior)
+
+
+def build_prior(name: str, setup: EnvSetup, overrides: dict[str, Any]) -> str:
+    """The env setup's warm-start prior at priors/<name>, built once (reused while its recipe is unchanged)."""
+    from agents.warm_start import read_prior, warm_start
+
+    path = ROOT / "priors" / name
+    shaping = {k: v for k, v in {**setup.config, **overrides}.items() if k in PRIOR_SHAPING}
+    recipe = {"env_id": setup.env_id, "env_kwargs": setup.env_kwargs, **setup.prior, **shaping}
+    old = read_prior(path)
+    if old is not None and old.get("recipe") == recipe:
+        print(f"== {name}: warm-start prior {path} (built before)", flush=True)
+        return str(path)
+    print(f"== {name}: building the warm-start prior {path}: {json.dumps(setup.prior)}", flush=True)
+    record = warm_start(setup.env_id, path, env_kwargs=setup.env_kwargs, torch_threads=1, **setup.prior, **shaping)
+    (path / "prior.json").write_text(json.dumps({**record, "recipe": recipe}, indent=2))
+    return str(path)
 
 
 def _execute(specs: list[RunSpec], jobs: int):
@@ -426,18 +524,22 @@ def write_outputs(
     curves = curve_table(runs, labels)
     mode = "sampled" if args.eval_sampled else "greedy"
     pool = runs[0]["config"].get("task_pool", 0)
+    first, offset = runs[0], runs[0]["eval_offset"]
+    start = "tiny model from scratch" if first["model"] == "tiny" else f"the warm-start prior `{_rel(first['model'])}`"
+    panel = "held-out tasks " if offset else "tasks "
+    ratios = ratio_table(runs, bar, budget["total_steps"])
     header = (
         f"# Learning speed on {setup.env_id}\n\n"
         f"- env kwargs: `{json.dumps(setup.env_kwargs)}`{' (' + setup.note + ')' if setup.note else ''}\n"
         f"- runs: {len(labels)} estimators x seeds {budget['seeds']}, {budget['total_steps']} env steps each, "
-        f"tiny model from scratch; shared hyperparameters: `{json.dumps(_shared_config(runs))}`\n"
+        f"{start}; shared hyperparameters: `{json.dumps(_shared_config(runs))}`\n"
         + (
             f"- task pool: training draws tasks 0..{pool - 1} only (a finite training set, as ALFWorld's list of "
-            "training games); the panel is those tasks\n"
+            f"training games); the panel is {'tasks never trained on' if offset else 'those tasks'}\n"
             if pool
             else "- tasks: a fresh task for every rollout group; the panel is tasks 0..N-1\n"
         )
-        + f"- evaluation: {mode} actions on tasks 0..{runs[0]['eval_tasks'] - 1}, each once, every "
+        + f"- evaluation: {mode} actions on {panel}{offset}..{offset + first['eval_tasks'] - 1}, each once, every "
         f"{budget['eval_every']} env steps; success bar {bar:g}\n"
         f"- wall time: {elapsed:.0f}s for all runs ({os.cpu_count()} CPUs, torch threads 1, jobs {args.jobs})\n"
     )
@@ -445,6 +547,13 @@ def write_outputs(
         header
         + "\n## Summary (means over seeds)\n\n"
         + markdown_table(summary)
+        + (
+            "\n\n## GAGPO against the baselines\n\n" + markdown_table(ratios) + "\n\nRatio of mean env steps to the bar"
+            f" (unreached runs count as the {budget['total_steps']}-step budget), with a 90% percentile bootstrap"
+            " interval over seeds (10,000 resamples of each side's seeds); below 1 means GAGPO is faster."
+            if ratios
+            else ""
+        )
         + "\n\nsteps to bar (reached): mean env steps at the first evaluation at or above the bar, over the runs that"
         " reached it; censored: unreached runs counted as the whole budget. Rollout steps to bar: the same on the"
         " training rollouts' sampled success (moving average of 3 iterations), mean over the runs that reached it."
@@ -464,12 +573,16 @@ def write_outputs(
     ])  # fmt: skip
     payload = {
         "env_id": setup.env_id, "env_kwargs": setup.env_kwargs, "bar": bar, "budget": budget,
-        "eval": mode, "wall_s": elapsed, "summary": summary, "runs": runs,
+        "eval": mode, "wall_s": elapsed, "summary": summary, "ratios": ratios, "runs": runs,
     }  # fmt: skip
     (out / f"learning_{stem}.json").write_text(json.dumps(payload, indent=1))
     plot(runs, labels, bar, f"{setup.env_id} {json.dumps(setup.env_kwargs)}", mode, out / f"learning_{stem}.png")
     print("\n" + text)
     print(f"wrote {out}/learning_{stem}.{{md,csv,json,png}} and learning_{stem}_iterations.csv", flush=True)
+
+
+def _rel(path: str) -> str:
+    return str(Path(path).relative_to(ROOT)) if Path(path).is_relative_to(ROOT) else path
 
 
 def _shared_config(runs: list[dict[str, Any]]) -> dict[str, Any]:

@@ -46,6 +46,7 @@ def script(name: str):
         sys.path.insert(0, str(SCRIPTS))
     spec = importlib.util.spec_from_file_location(f"script_{name}", SCRIPTS / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses resolve their module while the script runs
     spec.loader.exec_module(module)
     return module
 
@@ -239,3 +240,36 @@ def test_bench_learning_micro_run_writes_tables_and_plot(tmp_path):
     assert "| gagpo | " in summary and "| grpo | " in summary and "adv IQR" in summary
     payload = json.loads((tmp_path / "learning_maze.json").read_text())
     assert payload["runs"][0]["config"]["num_groups"] == 2  # CLI hyperparameters reach every run
+
+
+def test_bench_learning_bootstrap_ratio_is_the_ratio_of_means_with_an_interval():
+    bench = script("bench_learning")
+    ratio, low, high = bench.bootstrap_ratio([1000, 2000, 3000], [4000, 4000, 4000])
+    assert ratio == pytest.approx(0.5) and 0.25 <= low < 0.5 < high <= 0.75
+    assert bench.bootstrap_ratio([1000, 2000, 3000], [4000, 4000, 4000]) == (ratio, low, high)  # seeded
+    assert bench.bootstrap_ratio([5.0, 5.0], [5.0, 5.0]) == (1.0, 1.0, 1.0)
+    runs = [
+        {"label": label, "curve": [{"steps": 0, "success": 0.1}, {"steps": 500, "success": s}]}
+        for label, s in (("gagpo", 0.9), ("gagpo", 0.2), ("grpo", 0.3), ("grpo", 0.3))
+    ]  # fmt: skip
+    (row,) = bench.ratio_table(runs, bar=0.8, budget=1000)  # gagpo: 500 and 1000 (censored); grpo: 1000 twice
+    assert row["ratio"] == "gagpo / grpo" and row["steps to bar (censored)"].startswith("0.75x [0.50, 1.00]")
+
+
+def test_bench_learning_paper_preset_needs_a_setup_with_a_prior():
+    code, _, stderr = call("bench_learning", "--paper", "--envs", "maze", "--estimators", "gagpo")
+    assert code == 2 and "warm-start prior" in stderr
+
+
+def test_warm_start_script_trains_saves_and_evaluates_training_and_heldout_tasks(tmp_path):
+    code, stdout, stderr = call(
+        "warm_start", "--env", "gagpo_gym/Maze-v0", "--env-kwargs", TINY_MAZE, "--out", str(tmp_path),
+        "--episodes", "6", "--epochs", "1", "--task-pool", "4", "--heldout-tasks", "3", "--tiny-hidden-size", "32",
+    )  # fmt: skip
+    assert code == 0, stderr
+    rows = parse_table(stdout)
+    assert [r["panel"] for r in rows] == ["training tasks (seeds 0..3)", "held-out tasks (seeds 100000..100002)"]
+    record = json.loads((tmp_path / "prior.json").read_text())
+    assert record["episodes"] == 6 and record["task_pool"] == 4 and len(record["evaluation"]) == 2
+    code, _, stderr = call("warm_start", "--env", "gagpo_gym/Maze-v0", "--task-pool", "8", "--heldout-offset", "4")
+    assert code == 2 and "held-out" in stderr

@@ -1,0 +1,179 @@
+"""A language prior for the tiny model: supervised next-token training on a noisy expert's transcripts.
+
+An instruct model arrives at ALFWorld already reading the task; a tiny model built from a config does not. The
+warm start gives it a comparable starting point: it plays training tasks with the env's expert, which takes a
+random admissible action with probability ``epsilon``, and trains the model to predict each action's tokens after
+the exact prompt the agent will show it (same template, history and admissible list). The result is a folder
+that ``GAGPOAgent(env, model=path)`` fine-tunes with the tiny model's defaults (choose mode, its learning rate);
+its ``prior.json`` records how it was made and the prompt settings it was trained with.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+PRIOR_FILE = "prior.json"
+#: First task seed of a held-out panel: far above any training pool (training tasks are seeds 0..task_pool-1).
+HELDOUT_OFFSET = 100_000
+#: Prompt settings a prior was trained with; an agent built on the prior takes them as its defaults.
+PROMPT_FIELDS = ("history_length", "show_admissible", "max_prompt_tokens", "invalid_action_penalty")
+
+
+@dataclass
+class Transcript:
+    """The (prompt, action) pairs of noisy-expert episodes, and how those episodes went."""
+
+    prompts: list[list[int]] = field(default_factory=list)
+    actions: list[str] = field(default_factory=list)
+    episodes: int = 0
+    won: int = 0
+    expert_steps: int = 0
+
+
+def read_prior(source: str | Path) -> dict[str, Any] | None:
+    """The ``prior.json`` record of a warm-start folder, or None for anything else (a hub id, "tiny")."""
+    path = Path(source) / PRIOR_FILE
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def noisy_expert_transcripts(agent: Any, episodes: int, epsilon: float, rng: np.random.Generator) -> Transcript:
+    """Play ``episodes`` training tasks (the agent's task pool) with the expert, random with probability epsilon."""
+    from agents.evaluation import make_env
+
+    env = make_env(agent.env_id, agent.env_kwargs, agent._wrap_kwargs(), agent.env_wrappers)
+    pool = agent.config.task_pool or 2**31 - 1
+    out = Transcript()
+    try:
+        for _ in range(episodes):
+            obs, info = env.reset(seed=int(rng.integers(pool)))
+            done = False
+            while not done:
+                admissible = list(info.get("admissible_actions", []))
+                if not admissible:
+                    raise ValueError(f"{agent.env_id}: the warm start needs admissible actions at every step")
+                if rng.random() < epsilon:
+                    action = admissible[int(rng.integers(len(admissible)))]
+                else:
+                    try:
+                        action = env.unwrapped.expert_action()
+                    except NotImplementedError as err:
+                        raise ValueError(f"{agent.env_id} has no expert: the warm start imitates one") from err
+                    out.expert_steps += 1
+                out.prompts.append(agent._prompt(obs, info))
+                out.actions.append(action)
+                obs, _, terminated, truncated, info = env.step(action)
+                done = terminated or truncated
+            out.episodes += 1
+            out.won += bool(info.get("won", False))
+    finally:
+        env.close()
+    return out
+
+
+def supervised_epochs(
+    policy: Any, data: Transcript, *, epochs: int, learning_rate: float, batch_size: int, rng: np.random.Generator
+) -> list[float]:
+    """Next-token cross-entropy on each action's tokens (and its end token) given its prompt; mean loss per epoch.
+
+    The loss is the negative mean token log-prob of the action, the quantity choose mode scores candidates by,
+    computed by the policy's own packed forward.
+    """
+    chooser = policy.actions  # ChooseMode: the warm start builds its agent in choose mode
+    optimizer = torch.optim.AdamW([p for p in policy.core.parameters() if p.requires_grad], lr=learning_rate)
+    candidates = [[policy.action_tokens(a)] for a in data.actions]
+    losses = []
+    policy.train()
+    for _ in range(epochs):
+        order = rng.permutation(len(data.actions))
+        total = 0.0
+        for start in range(0, len(order), batch_size):
+            rows = order[start : start + batch_size]
+            with policy.precision.autocast():
+                seq, counts, _ = chooser.score_candidates(
+                    [data.prompts[i] for i in rows], [candidates[i] for i in rows]
+                )
+            loss = -(torch.cat(seq) / torch.cat(counts)).mean()
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(policy.core.parameters(), 1.0)
+            optimizer.step()
+            total += loss.item() * len(rows)
+        losses.append(total / len(order))
+    policy.eval()
+    return losses
+
+
+def warm_start(
+    env: str,
+    out: str | Path,
+    *,
+    env_kwargs: dict[str, Any] | None = None,
+    episodes: int = 400,
+    epsilon: float = 0.3,
+    epochs: int = 10,
+    learning_rate: float = 1e-3,
+    batch_size: int = 32,
+    seed: int = 0,
+    verbose: int = 1,
+    **config: Any,
+) -> dict[str, Any]:
+    """Train the tiny model on ``episodes`` noisy-expert episodes of training tasks and save it at ``out``.
+
+    ``config`` holds agent hyperparameters that shape the prior (``task_pool``: the training tasks;
+    ``history_length`` and other prompt settings; the tiny model's size). Returns the record written to
+    ``out/prior.json``.
+    """
+    from agents.gagpo import GAGPOAgent, _quiet_hub
+
+    if not 0.0 <= epsilon <= 1.0:
+        raise ValueError(f"epsilon must be in [0, 1], got {epsilon}")
+    if episodes < 1 or epochs < 1 or batch_size < 1:
+        raise ValueError("episodes, epochs and batch_size must be >= 1")
+    started = time.perf_counter()
+    agent = GAGPOAgent(env, "tiny", env_kwargs=env_kwargs, seed=seed, verbose=0, action_mode="choose", **config)
+    rng = np.random.default_rng(seed)
+    data = noisy_expert_transcripts(agent, episodes, epsilon, rng)
+    collect_s = time.perf_counter() - started
+    losses = supervised_epochs(
+        agent.policy, data, epochs=epochs, learning_rate=learning_rate, batch_size=batch_size, rng=rng
+    )
+    c = agent.config
+    record = {
+        "env_id": agent.env_id,
+        "env_kwargs": agent.env_kwargs,
+        "task_pool": c.task_pool,
+        "episodes": episodes,
+        "epsilon": epsilon,
+        "epochs": epochs,
+        "learning_rate": learning_rate,
+        "batch_size": batch_size,
+        "seed": seed,
+        "actions": len(data.actions),
+        "expert_share": data.expert_steps / max(1, len(data.actions)),
+        "transcript_success": data.won / max(1, data.episodes),
+        "losses": losses,
+        "prompt": {k: getattr(c, k) for k in PROMPT_FIELDS},
+        "collect_s": collect_s,
+        "train_s": time.perf_counter() - started - collect_s,
+    }
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    with _quiet_hub():
+        agent.policy.model.save_pretrained(out)
+        agent.policy.tokenizer.save_pretrained(out)
+    (out / PRIOR_FILE).write_text(json.dumps(record, indent=2))
+    agent.env.close()
+    if verbose:
+        print(
+            f"warm start: {len(data.actions)} actions from {episodes} episodes (epsilon {epsilon}, transcript "
+            f"success {record['transcript_success']:.2f}); loss {losses[0]:.3f} -> {losses[-1]:.3f}; "
+            f"{record['collect_s'] + record['train_s']:.0f}s; saved {out}"
+        )
+    return record

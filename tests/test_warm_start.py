@@ -1,0 +1,86 @@
+"""The warm start: a noisy expert's transcripts train the tiny model, and the saved prior fine-tunes as a tiny model.
+
+Real runs on a 3x3 maze: the supervised loss falls, the prior plays the expert's moves more often than the random
+model it started from, ``prior.json`` records how it was made, and ``GAGPOAgent(env, model=prior)`` takes choose
+mode, the tiny learning rate and the prior's prompt settings, then trains. Envs without an expert fail clearly.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import gagpo_gym
+from agents.gagpo import GAGPOAgent
+from agents.warm_start import PRIOR_FILE, noisy_expert_transcripts, read_prior, warm_start
+from gagpo_gym.envs.maze import MazeEnv
+
+MAZE = "gagpo_gym/Maze-v0"
+TINY_MAZE = {"width": 3, "height": 3, "rooms": 0, "loops": 1, "min_path": 2, "max_path": 3, "max_episode_steps": 10}
+SMALL = {"tiny_hidden_size": 32, "torch_threads": 1, "task_pool": 16, "num_groups": 2, "group_size": 2}
+
+
+@pytest.fixture(scope="module")
+def prior(tmp_path_factory):
+    out = tmp_path_factory.mktemp("prior")
+    record = warm_start(
+        MAZE, out, env_kwargs=TINY_MAZE, episodes=100, epsilon=0.2, epochs=15, learning_rate=3e-3, batch_size=16,
+        seed=0, verbose=0,
+        history_length=1, **SMALL,
+    )  # fmt: skip
+    return out, record
+
+
+def test_transcripts_mix_expert_and_random_actions_on_training_tasks():
+    agent = GAGPOAgent(MAZE, env_kwargs=TINY_MAZE, verbose=0, seed=0, **SMALL)
+    data = noisy_expert_transcripts(agent, 30, 0.3, np.random.default_rng(0))
+    assert data.episodes == 30 and len(data.prompts) == len(data.actions) > 30
+    assert 0.5 < data.expert_steps / len(data.actions) < 0.9  # about 1 - epsilon
+    assert data.won > 15  # mostly the expert: most episodes end at the goal
+    pure = noisy_expert_transcripts(agent, 10, 0.0, np.random.default_rng(0))
+    assert pure.won == 10 and pure.expert_steps == len(pure.actions)
+    # The prompts are the agent's own: the same builder, history and admissible list as in training.
+    assert all(p == list(p) and len(p) > 0 for p in data.prompts)
+
+
+def test_warm_start_lowers_the_loss_and_imitates_the_expert(prior):
+    out, record = prior
+    assert record["losses"][-1] < 0.6 * record["losses"][0]
+    assert json.loads((out / PRIOR_FILE).read_text()) == record
+    assert record["prompt"]["history_length"] == 1 and record["task_pool"] == 16
+    assert 0.7 < record["expert_share"] < 0.9
+    random_model = GAGPOAgent(MAZE, env_kwargs=TINY_MAZE, verbose=0, seed=0, action_mode="choose", **SMALL)
+    warm = GAGPOAgent(MAZE, str(out), env_kwargs=TINY_MAZE, verbose=0, seed=0, torch_threads=1, task_pool=16)
+    warm_success = warm.evaluate(n_tasks=16)["success_rate"]
+    random_success = random_model.evaluate(n_tasks=16)["success_rate"]
+    assert warm_success >= max(0.6, random_success + 0.2)
+
+
+def test_an_agent_on_the_prior_takes_tiny_defaults_and_its_prompt_settings(prior):
+    out, _ = prior
+    assert read_prior(out)["env_id"] == MAZE and read_prior("tiny") is None
+    agent = GAGPOAgent(MAZE, str(out), env_kwargs=TINY_MAZE, verbose=0, seed=0, num_groups=2, group_size=2)
+    c = agent.config
+    assert agent.tiny and c.action_mode == "choose" and c.learning_rate == pytest.approx(1e-3)
+    assert c.history_length == 1  # from prior.json, not the config default
+    assert GAGPOAgent(MAZE, str(out), env_kwargs=TINY_MAZE, verbose=0, history_length=0).config.history_length == 0
+    before = [p.detach().clone() for p in agent.policy.core.parameters()]
+    agent.learn(40)
+    assert agent.num_timesteps >= 40
+    assert any(not np.allclose(a.numpy(), p.detach().numpy()) for a, p in zip(before, agent.policy.core.parameters()))
+
+
+class _MazeWithoutExpert(MazeEnv):
+    def expert_action(self) -> str:
+        raise NotImplementedError
+
+
+def test_warm_start_fails_clearly(tmp_path):
+    env_id = gagpo_gym.register_text_env("TestMazeWithoutExpert-v0", _MazeWithoutExpert, max_episode_steps=10)
+    with pytest.raises(ValueError, match="has no expert"):
+        warm_start(env_id, tmp_path, env_kwargs=TINY_MAZE, episodes=2, epsilon=0.0, verbose=0, **SMALL)
+    with pytest.raises(ValueError, match="epsilon"):
+        warm_start(MAZE, tmp_path, env_kwargs=TINY_MAZE, epsilon=1.5, verbose=0)
+    assert not (tmp_path / PRIOR_FILE).exists()
