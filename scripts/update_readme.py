@@ -14,7 +14,7 @@ START, END = "<!-- results:start -->", "<!-- results:end -->"
 
 
 def learning_section(md: Path) -> str:
-    """Title, setup bullets and the summary table of one bench_learning report, plus its plot."""
+    """Title, setup bullets, the summary and ratio tables of one bench_learning report, plus its plot."""
     text = md.read_text()
     title = text.splitlines()[0].lstrip("# ").strip()
     setup = re.search(r"\n(- .*?)\n\n", text, re.S)
@@ -22,6 +22,9 @@ def learning_section(md: Path) -> str:
     parts = [f"### {title} (`{md.name}`)", "", setup.group(1) if setup else "", ""]
     if summary:
         parts += [summary.group(1), ""]
+    ratios = re.search(r"## GAGPO against the baselines\n\n(\|.*?)\n\n(.*?)\n", text, re.S)
+    if ratios:
+        parts += [ratios.group(1), "", ratios.group(2), ""]
     png = md.with_suffix(".png")
     if png.is_file():
         parts += [f"![{title}]({png.relative_to(ROOT).as_posix()})", ""]

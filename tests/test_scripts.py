@@ -253,7 +253,7 @@ def test_bench_learning_bootstrap_ratio_is_the_ratio_of_means_with_an_interval()
         for label, s in (("gagpo", 0.9), ("gagpo", 0.2), ("grpo", 0.3), ("grpo", 0.3))
     ]  # fmt: skip
     (row,) = bench.ratio_table(runs, bar=0.8, budget=1000)  # gagpo: 500 and 1000 (censored); grpo: 1000 twice
-    assert row["ratio"] == "gagpo / grpo" and row["steps to bar (censored)"].startswith("0.75x [0.50, 1.00]")
+    assert row["ratio"] == "gagpo / grpo" and row["panel: steps to bar"].startswith("0.75x [0.50, 1.00]")
 
 
 def test_bench_learning_paper_preset_needs_a_setup_with_a_prior():
