@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,11 +65,22 @@ class Precision:
         return torch.autocast(self.device.type, dtype=self.compute_dtype)
 
 
-def load_tokenizer(source: str | Path):
-    """A left-padding tokenizer with a pad token (the eos token when the checkpoint has none)."""
-    from transformers import AutoTokenizer
+#: Tokenizer classes that run a saved tokenizer.json exactly as written (the tiny model's tokenizer is one).
+GENERIC_TOKENIZERS = ("TokenizersBackend", "PreTrainedTokenizerFast")
 
-    tokenizer = AutoTokenizer.from_pretrained(source)
+
+def load_tokenizer(source: str | Path):
+    """A left-padding tokenizer with a pad token (the eos token when the checkpoint has none).
+
+    A folder whose tokenizer is a generic one (the tiny model's, saved by this library) loads as that class:
+    ``AutoTokenizer`` would pick the model type's class (Qwen2's for the tiny Qwen2) and swap in its own
+    pre-tokenizer, which splits " 1" into " " and "1" and so changes every action with a number in it.
+    """
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+    config = Path(source) / "tokenizer_config.json"
+    generic = config.is_file() and json.loads(config.read_text()).get("tokenizer_class") in GENERIC_TOKENIZERS
+    tokenizer = (PreTrainedTokenizerFast if generic else AutoTokenizer).from_pretrained(source)
     tokenizer.padding_side = "left"
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token

@@ -84,3 +84,22 @@ def test_warm_start_fails_clearly(tmp_path):
     with pytest.raises(ValueError, match="epsilon"):
         warm_start(MAZE, tmp_path, env_kwargs=TINY_MAZE, epsilon=1.5, verbose=0)
     assert not (tmp_path / PRIOR_FILE).exists()
+
+
+def test_a_saved_tiny_tokenizer_reloads_with_its_own_pre_tokenizer(tmp_path):
+    # AutoTokenizer would load the tiny Qwen2's tokenizer as Qwen2's class, which splits " 1" into " " and "1":
+    # every MiniHouse action ("take plate 1 from sinkbasin 1") would then score as a sequence never trained on.
+    from agents.models import load_tokenizer
+    from agents.tiny import build_tiny_model, train_tokenizer
+
+    corpus = ["You arrive at sinkbasin 1. On the sinkbasin 1, you see a plate 1.", "take plate 12 from cabinet 3"] * 50
+    tokenizer = train_tokenizer(corpus, vocab_size=400)
+    build_tiny_model(tokenizer).save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    loaded = load_tokenizer(tmp_path)
+    for text in ("take plate 1 from sinkbasin 1", "go to cabinet 12", "You arrive at sinkbasin 1."):
+        assert (
+            loaded(text, add_special_tokens=False)["input_ids"]
+            == tokenizer(text, add_special_tokens=False)["input_ids"]
+        )
+    assert loaded.padding_side == "left" and loaded.eos_token == tokenizer.eos_token
