@@ -90,6 +90,16 @@ ENVS: dict[str, EnvSetup] = {
         note="5x5 mazes, one per task seed, 30-step limit; 64 training layouts, held-out layouts in evaluation",
         prior={"episodes": 400, "epsilon": 0.3, "epochs": 10},
     ),
+    "minihouse-many": EnvSetup(
+        "gagpo_gym/MiniHouse-v0",
+        {"size": "small", "max_episode_steps": 30},
+        {"num_groups": 8, "group_size": 8, "history_length": 2, "task_pool": 64},
+        bar=0.4,
+        train_bar=0.85,
+        note="small houses, all six task types, one house and task per seed, 30-step limit; 64 training tasks",
+        prior={"episodes": 600, "epsilon": 0.2, "epochs": 10},
+        budget={"paper": {"total_steps": 8000, "eval_every": 2000}},
+    ),
 }  # fmt: skip
 
 #: Budgets (an env setup may scale them). ``quick`` is sized for about 15 minutes per env (5 estimators x 3 seeds)
@@ -224,6 +234,12 @@ def rollout_steps_to_bar(iterations: list[dict[str, float]], bar: float, window:
     return None
 
 
+def _rollout_final(iterations: list[dict[str, float]], window: int = 3) -> float:
+    """Sampled success of the training rollouts, mean of the last ``window`` iterations."""
+    success = [it["rollout/success_rate"] for it in iterations if "rollout/success_rate" in it]
+    return float(np.mean(success[-window:])) if success else float("nan")
+
+
 def _reached_mean(steps: list[int | None]) -> str:
     reached = [s for s in steps if s is not None]
     return f"{np.mean(reached):.0f} ({len(reached)}/{len(steps)})" if reached else f"- (0/{len(steps)})"
@@ -256,6 +272,7 @@ def summarize(
             f"steps to {bar:g} (reached)": f"{np.mean(reached):.0f}" if reached else "-",
             "steps (censored)": f"{np.mean(censored):.0f}",
             "rollout steps to bar": _reached_mean(rollout),
+            "rollout final": _mean_sd([_rollout_final(r["iterations"]) for r in mine]),
             "final success": _mean_sd(finals),
             "AUC": f"{np.mean([np.mean([p['success'] for p in r['curve']]) for r in mine]):.3f}",
             "final length": f"{np.mean([r['curve'][-1]['mean_length'] for r in mine]):.1f}",
@@ -594,7 +611,8 @@ def write_outputs(
         )
         + "\n\nsteps to bar (reached): mean env steps at the first evaluation at or above the bar, over the runs that"
         " reached it; censored: unreached runs counted as the whole budget. Rollout steps to bar: the same on the"
-        " training rollouts' sampled success (moving average of 3 iterations), mean over the runs that reached it."
+        " training rollouts' sampled success (moving average of 3 iterations), mean over the runs that reached it;"
+        " rollout final: that success over the last 3 iterations."
         " AUC: mean panel success over all"
         " evaluations. Diagnostics: means over training iterations of the agent's logged values.\n"
         + f"\n## Panel success ({mode}) vs env steps (mean over seeds)\n\n"
