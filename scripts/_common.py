@@ -249,6 +249,8 @@ def add_config_arguments(parser: Any, skip: Sequence[str] = ()) -> list[str]:
         elif hint in (int, float, str):
             kwargs["type"], type_name = hint, hint.__name__
             kwargs["metavar"] = type_name.upper()
+        elif hint is tuple:  # key_backoff: a list of key specs
+            kwargs["nargs"], type_name, kwargs["metavar"] = "*", "keys", "KEY"
         else:  # float | None
             kwargs["type"], type_name = _optional_float, "float|none"
             kwargs["metavar"] = "FLOAT"

@@ -273,3 +273,12 @@ def test_warm_start_script_trains_saves_and_evaluates_training_and_heldout_tasks
     assert record["episodes"] == 6 and record["task_pool"] == 4 and len(record["evaluation"]) == 2
     code, _, stderr = call("warm_start", "--env", "gagpo_gym/Maze-v0", "--task-pool", "8", "--heldout-offset", "4")
     assert code == 2 and "held-out" in stderr
+
+
+def test_train_takes_key_backoff_as_a_list_of_keys():
+    train = script("train")
+    parser, names = train.build_parser()
+    args = parser.parse_args(["--env", "gagpo_gym/Maze-v0", "--key-backoff", "observation", "group"])
+    overrides = train.config_overrides(args, names)
+    assert overrides == {"key_backoff": ["observation", "group"]}
+    assert GAGPOConfig.from_dict(overrides).key_backoff == ("observation", "group")
