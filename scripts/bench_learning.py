@@ -131,6 +131,21 @@ DIAGNOSTICS = {
 }
 
 
+SUMMARY_NOTE = (
+    "steps to bar (reached): mean env steps at the first evaluation at or above the bar, over the runs that reached"
+    " it; censored: unreached runs counted as all the env steps they took. Rollout steps to bar: the same on the"
+    " training rollouts' sampled success (moving average of 3 iterations), mean over the runs that reached it;"
+    " rollout final: that success over the last 3 iterations. AUC: mean panel success over all evaluations."
+    " Diagnostics: means over training iterations of the agent's logged values."
+)
+RATIO_NOTE = (
+    "Ratio of mean env steps to the bar (unreached runs count as all the env steps they took, the budget or a little"
+    " more), with a 90% percentile bootstrap interval over seeds (10,000 resamples of each side's seeds); below 1"
+    " means GAGPO is faster. Panel: the evaluation panel above; training tasks: the first tasks of the training pool,"
+    " greedy, at the same points; rollouts: the training rollouts' sampled success (as rollout steps to bar)."
+)
+
+
 class _Recorder(KVWriter):
     """An SB3 logger output that keeps every dumped record (one per training iteration) in memory."""
 
@@ -234,6 +249,11 @@ def rollout_steps_to_bar(iterations: list[dict[str, float]], bar: float, window:
     return None
 
 
+def _all_steps(run: dict[str, Any]) -> int:
+    """The env steps a run took (its last iteration may overshoot the budget): an unreached run's censored cost."""
+    return int(run["curve"][-1]["steps"])
+
+
 def _rollout_final(iterations: list[dict[str, float]], window: int = 3) -> float:
     """Sampled success of the training rollouts, mean of the last ``window`` iterations."""
     success = [it["rollout/success_rate"] for it in iterations if "rollout/success_rate" in it]
@@ -253,7 +273,7 @@ def _mean_sd(values: list[float]) -> str:
 
 
 def summarize(
-    runs: list[dict[str, Any]], labels: list[str], bar: float, budget: int, train_bar: float = 0.8
+    runs: list[dict[str, Any]], labels: list[str], bar: float, train_bar: float = 0.8
 ) -> list[dict[str, Any]]:  # fmt: skip
     """One row per estimator label: learning speed, final quality, diagnostics (means over seeds)."""
     rows = []
@@ -262,8 +282,8 @@ def summarize(
         if not mine:
             continue
         reached = [s for s in (steps_to_bar(r["curve"], bar) for r in mine) if s is not None]
-        # Unreached runs count as the whole budget in the censored mean (a lower bound on their true cost).
-        censored = [steps_to_bar(r["curve"], bar) or budget for r in mine]
+        # Unreached runs count as all the steps they took in the censored mean (a lower bound on their true cost).
+        censored = [steps_to_bar(r["curve"], bar) or _all_steps(r) for r in mine]
         finals = [r["curve"][-1]["success"] for r in mine]
         rollout = [rollout_steps_to_bar(r["iterations"], bar) for r in mine]
         row: dict[str, Any] = {
@@ -282,7 +302,7 @@ def summarize(
             per_run = [v for v in per_run if np.isfinite(v)]
             row[name] = f"{np.mean(per_run):.3f}" if per_run else "-"
         if "train_success" in mine[0]["curve"][0]:
-            train = [steps_to_bar(r["curve"], train_bar, "train_success") or budget for r in mine]
+            train = [steps_to_bar(r["curve"], train_bar, "train_success") or _all_steps(r) for r in mine]
             row["training tasks: steps (censored)"] = f"{np.mean(train):.0f}"
             row["training tasks: final"] = _mean_sd([r["curve"][-1]["train_success"] for r in mine])
         row["train s/run"] = f"{np.mean([r['train_s'] for r in mine]):.0f}"
@@ -303,8 +323,11 @@ def bootstrap_ratio(
     return float(a.mean() / b.mean()), float(np.quantile(ratios, tail)), float(np.quantile(ratios, 1 - tail))
 
 
-def ratio_table(runs: list[dict[str, Any]], bar: float, budget: int, train_bar: float = 0.8) -> list[dict[str, Any]]:
-    """GAGPO against each baseline of RATIOS: env steps to the bar (censored at the budget) and final success."""
+def ratio_table(runs: list[dict[str, Any]], bar: float, train_bar: float = 0.8) -> list[dict[str, Any]]:
+    """GAGPO against each baseline of RATIOS: env steps to the bar (censored) and final success, per panel.
+
+    Panels: the evaluation panel, the training tasks (held-out runs) and the training rollouts' sampled success.
+    """
     rows = []
     for num, den in RATIOS:
         a = [r for r in runs if r["label"] == num]
@@ -315,11 +338,14 @@ def ratio_table(runs: list[dict[str, Any]], bar: float, budget: int, train_bar: 
         for key, panel, level in (("success", "panel", bar), ("train_success", "training tasks", train_bar)):
             if key not in a[0]["curve"][0]:
                 continue
-            censored = [[steps_to_bar(r["curve"], level, key) or budget for r in side] for side in (a, b)]
+            censored = [[steps_to_bar(r["curve"], level, key) or _all_steps(r) for r in side] for side in (a, b)]
             steps = bootstrap_ratio(*censored)
             final = [np.mean([r["curve"][-1][key] for r in side]) for side in (a, b)]
             row[f"{panel}: steps to bar"] = f"{steps[0]:.2f}x [{steps[1]:.2f}, {steps[2]:.2f}]"
             row[f"{panel}: final success"] = f"{final[0]:.3f} vs {final[1]:.3f}"
+        censored = [[rollout_steps_to_bar(r["iterations"], bar) or _all_steps(r) for r in side] for side in (a, b)]
+        steps = bootstrap_ratio(*censored)
+        row["rollouts: steps to bar"] = f"{steps[0]:.2f}x [{steps[1]:.2f}, {steps[2]:.2f}]"
         rows.append(row)
     return rows
 
@@ -572,14 +598,14 @@ def write_outputs(
     budget: dict[str, Any], elapsed: float, args: argparse.Namespace,
 ) -> None:  # fmt: skip
     """learning_<stem>.md/.csv/_iterations.csv/.json/.png."""
-    summary = summarize(runs, labels, bar, budget["total_steps"], setup.train_bar)
+    summary = summarize(runs, labels, bar, setup.train_bar)
     curves = curve_table(runs, labels)
     mode = "sampled" if args.eval_sampled else "greedy"
     pool = runs[0]["config"].get("task_pool", 0)
     first, offset = runs[0], runs[0]["eval_offset"]
     start = "tiny model from scratch" if first["model"] == "tiny" else f"the warm-start prior `{_rel(first['model'])}`"
     panel = "held-out tasks " if offset else "tasks "
-    ratios = ratio_table(runs, bar, budget["total_steps"], setup.train_bar)
+    ratios = ratio_table(runs, bar, setup.train_bar)
     header = (
         f"# Learning speed on {setup.env_id}\n\n"
         f"- env kwargs: `{json.dumps(setup.env_kwargs)}`{' (' + setup.note + ')' if setup.note else ''}\n"
@@ -601,20 +627,8 @@ def write_outputs(
         header
         + "\n## Summary (means over seeds)\n\n"
         + markdown_table(summary)
-        + (
-            "\n\n## GAGPO against the baselines\n\n" + markdown_table(ratios) + "\n\nRatio of mean env steps to the bar"
-            f" (unreached runs count as the {budget['total_steps']}-step budget), with a 90% percentile bootstrap"
-            " interval over seeds (10,000 resamples of each side's seeds); below 1 means GAGPO is faster. Panel: the"
-            " evaluation panel above; training tasks: the first tasks of the training pool, greedy, at the same points."
-            if ratios
-            else ""
-        )
-        + "\n\nsteps to bar (reached): mean env steps at the first evaluation at or above the bar, over the runs that"
-        " reached it; censored: unreached runs counted as the whole budget. Rollout steps to bar: the same on the"
-        " training rollouts' sampled success (moving average of 3 iterations), mean over the runs that reached it;"
-        " rollout final: that success over the last 3 iterations."
-        " AUC: mean panel success over all"
-        " evaluations. Diagnostics: means over training iterations of the agent's logged values.\n"
+        + (f"\n\n## GAGPO against the baselines\n\n{markdown_table(ratios)}\n\n{RATIO_NOTE}" if ratios else "")
+        + f"\n\n{SUMMARY_NOTE}\n"
         + f"\n## Panel success ({mode}) vs env steps (mean over seeds)\n\n"
         + markdown_table(curves)
         + f"\n\n![learning curves](learning_{stem}.png)\n"

@@ -249,11 +249,13 @@ def test_bench_learning_bootstrap_ratio_is_the_ratio_of_means_with_an_interval()
     assert bench.bootstrap_ratio([1000, 2000, 3000], [4000, 4000, 4000]) == (ratio, low, high)  # seeded
     assert bench.bootstrap_ratio([5.0, 5.0], [5.0, 5.0]) == (1.0, 1.0, 1.0)
     runs = [
-        {"label": label, "curve": [{"steps": 0, "success": 0.1}, {"steps": 500, "success": s}]}
+        {"label": label, "curve": [{"steps": k * 500, "success": v} for k, v in enumerate((0.1, s, s))],
+         "iterations": [{"steps": k * 500, "rollout/success_rate": v} for k, v in enumerate((0.1, s, s))]}
         for label, s in (("gagpo", 0.9), ("gagpo", 0.2), ("grpo", 0.3), ("grpo", 0.3))
     ]  # fmt: skip
-    (row,) = bench.ratio_table(runs, bar=0.8, budget=1000)  # gagpo: 500 and 1000 (censored); grpo: 1000 twice
+    (row,) = bench.ratio_table(runs, bar=0.8)  # gagpo: 500 and 1000 (censored: all its steps); grpo: 1000 twice
     assert row["ratio"] == "gagpo / grpo" and row["panel: steps to bar"].startswith("0.75x [0.50, 1.00]")
+    assert row["rollouts: steps to bar"] == "1.00x [1.00, 1.00]"  # a moving average of 3 reaches 0.8 nowhere
 
 
 def test_bench_learning_paper_preset_needs_a_setup_with_a_prior():
