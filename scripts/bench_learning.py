@@ -396,7 +396,7 @@ def plot(runs: list[dict[str, Any]], labels: list[str], bar: float, title: str, 
                 mean, sd = np.nanmean(d, 0), np.nanstd(d, 0)
             axes[1].plot(grid, mean, color=color, label=label)
             axes[1].fill_between(grid, mean - sd, mean + sd, color=color, alpha=0.15)
-    for ax, name in zip(axes, (f"panel success ({mode}, fixed tasks)", "training rollout success (sampled)")):
+    for ax, name in zip(axes, (f"panel success ({mode})", "training rollout success (sampled)")):
         ax.axhline(bar, color="grey", lw=0.8, ls="--")
         ax.set_xlabel("env steps")
         ax.set_title(name)
@@ -646,7 +646,8 @@ def write_outputs(
         "eval": mode, "wall_s": elapsed, "summary": summary, "ratios": ratios, "runs": runs,
     }  # fmt: skip
     (out / f"learning_{stem}.json").write_text(json.dumps(payload, indent=1))
-    plot(runs, labels, bar, f"{setup.env_id} {json.dumps(setup.env_kwargs)}", mode, out / f"learning_{stem}.png")
+    title = f"{setup.env_id} {json.dumps(setup.env_kwargs)}"
+    plot(runs, labels, bar, title, f"{mode}, {panel.strip()}", out / f"learning_{stem}.png")
     print("\n" + text)
     print(f"wrote {out}/learning_{stem}.{{md,csv,json,png}} and learning_{stem}_iterations.csv", flush=True)
 
