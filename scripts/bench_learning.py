@@ -119,8 +119,8 @@ PRIOR_SHAPING = (
     "tiny_hidden_size",
     "tiny_layers",
 )
-#: Ratios of env steps to the bar reported with bootstrap intervals: (numerator, denominator) labels.
-RATIOS = (("gagpo", "gigpo"), ("gagpo", "grpo"))
+#: Baselines that every GAGPO run (plain, with back-off, each --variant) is compared with, with bootstrap intervals.
+RATIO_BASELINES = ("gigpo", "grpo")
 DIAGNOSTICS = {
     "advantage/iqr": "adv IQR",
     "advantage/share_abs_gt_1": "share abs(A)>1",
@@ -324,16 +324,16 @@ def bootstrap_ratio(
 
 
 def ratio_table(runs: list[dict[str, Any]], bar: float, train_bar: float = 0.8) -> list[dict[str, Any]]:
-    """GAGPO against each baseline of RATIOS: env steps to the bar (censored) and final success, per panel.
+    """Each GAGPO label against each of RATIO_BASELINES: env steps to the bar (censored) and final success, per panel.
 
     Panels: the evaluation panel, the training tasks (held-out runs) and the training rollouts' sampled success.
     """
     rows = []
-    for num, den in RATIOS:
+    labels = list(dict.fromkeys(r["label"] for r in runs))
+    pairs = [(num, den) for num in labels if num.startswith("gagpo") for den in RATIO_BASELINES if den in labels]
+    for num, den in pairs:
         a = [r for r in runs if r["label"] == num]
         b = [r for r in runs if r["label"] == den]
-        if not a or not b:
-            continue
         row = {"ratio": f"{num} / {den}"}
         for key, panel, level in (("success", "panel", bar), ("train_success", "training tasks", train_bar)):
             if key not in a[0]["curve"][0]:
