@@ -175,7 +175,7 @@ FIELD_HELP: dict[str, str] = {
     "invalid_action_penalty": "reward subtracted for an invalid or unparsable action",
     "temperature": "sampling temperature during rollouts",
     "learning_rate": "AdamW learning rate; none: 1e-3 for the tiny model, 1e-6 otherwise",
-    "n_epochs": "passes over each rollout in the update",
+    "n_epochs": "passes over each rollout in the update (0: 4 for the tiny model, 2 otherwise)",
     "clip_range_low": "PPO clip: lower bound 1 - clip_range_low on the ratio",
     "clip_range_high": "PPO clip: upper bound 1 + clip_range_high on the ratio",
     "ent_coef": "entropy bonus coefficient",

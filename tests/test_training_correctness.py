@@ -230,3 +230,12 @@ def test_choose_mode_scoring_respects_the_token_budget(checkpoint: Path) -> None
     assert n_whole == 1 and len(widths) - n_whole >= 3
     assert whole.chosen == split.chosen
     np.testing.assert_allclose(np.concatenate(whole.logp), np.concatenate(split.logp), atol=1e-5)
+
+
+def test_epoch_default_follows_the_model() -> None:
+    # The defaults sweep (results/learning_sokoban-v0_defaults_sweep.md): 4 epochs suit the tiny model; an LLM keeps 2.
+    assert GAGPOConfig().resolved(True).n_epochs == 4
+    assert GAGPOConfig().resolved(False).n_epochs == 2
+    assert GAGPOConfig(n_epochs=1).resolved(True).n_epochs == 1
+    with pytest.raises(ValueError, match="n_epochs must be >= 0"):
+        GAGPOConfig(n_epochs=-1)
