@@ -43,6 +43,12 @@ def read_prior(source: str | Path) -> dict[str, Any] | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
+def update_prior(source: str | Path, **fields: Any) -> None:
+    """Add ``fields`` to a warm-start folder's ``prior.json`` (what the scripts learn about it afterwards)."""
+    path = Path(source) / PRIOR_FILE
+    path.write_text(json.dumps({**json.loads(path.read_text()), **fields}, indent=2))
+
+
 def noisy_expert_transcripts(agent: Any, episodes: int, epsilon: float, rng: np.random.Generator) -> Transcript:
     """Play ``episodes`` training tasks (the agent's task pool) with the expert, random with probability epsilon."""
     from agents.evaluation import make_env

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import os
 import sys
@@ -239,13 +240,18 @@ def steps_to_bar(curve: list[dict[str, Any]], bar: float, key: str = "success") 
     return None
 
 
+def rollout_curve(iterations: list[dict[str, float]]) -> tuple[np.ndarray, np.ndarray]:
+    """Env steps and sampled success of the training rollouts, one entry per iteration that logged it."""
+    logged = [it for it in iterations if "rollout/success_rate" in it]
+    return np.array([int(it["steps"]) for it in logged]), np.array([it["rollout/success_rate"] for it in logged])
+
+
 def rollout_steps_to_bar(iterations: list[dict[str, float]], bar: float, window: int = 3) -> int | None:
     """Env steps at which the moving average of training-rollout success (sampled) first reaches ``bar``."""
-    success = [it["rollout/success_rate"] for it in iterations if "rollout/success_rate" in it]
-    steps = [int(it["steps"]) for it in iterations if "rollout/success_rate" in it]
+    steps, success = rollout_curve(iterations)
     for k in range(window - 1, len(success)):
         if np.mean(success[k - window + 1 : k + 1]) >= bar - 1e-12:
-            return steps[k]
+            return int(steps[k])
     return None
 
 
@@ -256,8 +262,8 @@ def _all_steps(run: dict[str, Any]) -> int:
 
 def _rollout_final(iterations: list[dict[str, float]], window: int = 3) -> float:
     """Sampled success of the training rollouts, mean of the last ``window`` iterations."""
-    success = [it["rollout/success_rate"] for it in iterations if "rollout/success_rate" in it]
-    return float(np.mean(success[-window:])) if success else float("nan")
+    success = rollout_curve(iterations)[1]
+    return float(np.mean(success[-window:])) if len(success) else float("nan")
 
 
 def _reached_mean(steps: list[int | None]) -> str:
@@ -316,9 +322,8 @@ def bootstrap_ratio(
     """Ratio of means ``mean(num) / mean(den)`` and its percentile bootstrap interval, resampling seeds of each side."""
     rng = np.random.default_rng(seed)
     a, b = np.asarray(num, dtype=float), np.asarray(den, dtype=float)
-    ratios = a[rng.integers(len(a), size=(draws, len(a)))].mean(1) / b[rng.integers(len(b), size=(draws, len(b)))].mean(
-        1
-    )
+    resampled = [x[rng.integers(len(x), size=(draws, len(x)))].mean(1) for x in (a, b)]
+    ratios = resampled[0] / resampled[1]
     tail = (1 - level) / 2
     return float(a.mean() / b.mean()), float(np.quantile(ratios, tail)), float(np.quantile(ratios, 1 - tail))
 
@@ -338,16 +343,23 @@ def ratio_table(runs: list[dict[str, Any]], bar: float, train_bar: float = 0.8) 
         for key, panel, level in (("success", "panel", bar), ("train_success", "training tasks", train_bar)):
             if key not in a[0]["curve"][0]:
                 continue
-            censored = [[steps_to_bar(r["curve"], level, key) or _all_steps(r) for r in side] for side in (a, b)]
-            steps = bootstrap_ratio(*censored)
+            reach = functools.partial(_curve_steps_to_bar, bar=level, key=key)
+            row[f"{panel}: steps to bar"] = _steps_ratio(a, b, reach)
             final = [np.mean([r["curve"][-1][key] for r in side]) for side in (a, b)]
-            row[f"{panel}: steps to bar"] = f"{steps[0]:.2f}x [{steps[1]:.2f}, {steps[2]:.2f}]"
             row[f"{panel}: final success"] = f"{final[0]:.3f} vs {final[1]:.3f}"
-        censored = [[rollout_steps_to_bar(r["iterations"], bar) or _all_steps(r) for r in side] for side in (a, b)]
-        steps = bootstrap_ratio(*censored)
-        row["rollouts: steps to bar"] = f"{steps[0]:.2f}x [{steps[1]:.2f}, {steps[2]:.2f}]"
+        row["rollouts: steps to bar"] = _steps_ratio(a, b, lambda r: rollout_steps_to_bar(r["iterations"], bar))
         rows.append(row)
     return rows
+
+
+def _curve_steps_to_bar(run: dict[str, Any], bar: float, key: str) -> int | None:
+    return steps_to_bar(run["curve"], bar, key)
+
+
+def _steps_ratio(a: list[dict[str, Any]], b: list[dict[str, Any]], steps_of: Any) -> str:
+    """``ratio x [low, high]`` of the mean censored steps to the bar of runs ``a`` over runs ``b``."""
+    ratio, low, high = bootstrap_ratio(*([steps_of(r) or _all_steps(r) for r in side] for side in (a, b)))
+    return f"{ratio:.2f}x [{low:.2f}, {high:.2f}]"
 
 
 def curve_table(runs: list[dict[str, Any]], labels: list[str]) -> list[dict[str, Any]]:
@@ -385,8 +397,7 @@ def plot(runs: list[dict[str, Any]], labels: list[str], bar: float, title: str, 
         grid = np.linspace(0, x[-1], 60)
         dense = []
         for r in mine:
-            steps = np.array([it["steps"] for it in r["iterations"] if "rollout/success_rate" in it])
-            success = np.array([it["rollout/success_rate"] for it in r["iterations"] if "rollout/success_rate" in it])
+            steps, success = rollout_curve(r["iterations"])
             if len(steps):
                 dense.append(np.interp(grid, steps, success, left=np.nan))
         if dense:
@@ -554,7 +565,7 @@ def _with_prior() -> list[str]:
 
 def build_prior(name: str, setup: EnvSetup, overrides: dict[str, Any]) -> str:
     """The env setup's warm-start prior at priors/<name>, built once (reused while its recipe is unchanged)."""
-    from agents.warm_start import read_prior, warm_start
+    from agents.warm_start import read_prior, update_prior, warm_start
 
     path = ROOT / "priors" / name
     shaping = {k: v for k, v in {**setup.config, **overrides}.items() if k in PRIOR_SHAPING}
@@ -564,8 +575,8 @@ def build_prior(name: str, setup: EnvSetup, overrides: dict[str, Any]) -> str:
         print(f"== {name}: warm-start prior {path} (built before)", flush=True)
         return str(path)
     print(f"== {name}: building the warm-start prior {path}: {json.dumps(setup.prior)}", flush=True)
-    record = warm_start(setup.env_id, path, env_kwargs=setup.env_kwargs, torch_threads=1, **setup.prior, **shaping)
-    (path / "prior.json").write_text(json.dumps({**record, "recipe": recipe}, indent=2))
+    warm_start(setup.env_id, path, env_kwargs=setup.env_kwargs, torch_threads=1, **setup.prior, **shaping)
+    update_prior(path, recipe=recipe)
     return str(path)
 
 

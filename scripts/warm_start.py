@@ -12,14 +12,12 @@ settings).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
-from pathlib import Path
 
 from _common import ROOT, check_env_kwargs, fail, markdown_table, parse_json_kwargs, resolve_env_id
 
-from agents.warm_start import HELDOUT_OFFSET
+from agents.warm_start import HELDOUT_OFFSET, update_prior
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -60,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     from agents.warm_start import warm_start
 
     try:
-        record = warm_start(
+        warm_start(
             env_id, args.out, env_kwargs=env_kwargs, episodes=args.episodes, epsilon=args.epsilon,
             epochs=args.epochs, learning_rate=args.learning_rate, batch_size=args.batch_size, seed=args.seed,
             task_pool=args.task_pool, history_length=args.history_length, tiny_hidden_size=args.tiny_hidden_size,
@@ -81,8 +79,7 @@ def main(argv: list[str] | None = None) -> int:
             "mean length": f"{m['mean_length']:.1f}", "invalid rate": f"{m['invalid_rate']:.3f}",
             **{f"{t}": f"{v:.2f}" for t, v in sorted(m["per_type"].items())},
         })  # fmt: skip
-    record["evaluation"] = rows
-    (Path(args.out) / "prior.json").write_text(json.dumps(record, indent=2))
+    update_prior(args.out, evaluation=rows)
     print(f"\nGreedy evaluation of the prior ({time.perf_counter() - started:.0f}s):\n")
     print(markdown_table(rows))
     return 0
