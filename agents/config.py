@@ -10,6 +10,7 @@ from typing import Any
 
 ESTIMATORS = ("gagpo", "gigpo", "grpo", "rloo", "ppo")
 DTYPES = ("auto", "float32", "bfloat16")
+BACKENDS = ("hf", "vllm")
 # Clip ranges of the length-normalised action ratio. A choice among a few candidates moves its probability a lot
 # per update, so PPO's 0.2 binds there. A generated action's ratio is a geometric mean over its tokens and barely
 # moves: on SmolLM2-135M in generate mode (scripts/bench_clip.py, results/clip_range.json) 0.2 clipped 0% of the
@@ -70,6 +71,11 @@ class GAGPOConfig:
     weight_decay: float = 0.0
     token_budget: int = 16384  # tokens per micro-batch in the update (gradient accumulation above it)
     # --- model
+    # Generate mode's rollout engine: "hf" (sampling on the training weights) or "vllm" (an in-process vLLM engine
+    # with a copy of them, synced once per iteration; the [vllm] extra). Choose mode always scores with the
+    # trainer's forward (see agents/vllm_backend.py for why).
+    backend: str = "hf"
+    vllm_gpu_memory_utilization: float = 0.3  # the engine's share of the GPU while it is awake (it sleeps in updates)
     device: str = "auto"
     dtype: str = (
         "auto"  # compute dtype: auto (bf16 on CUDA, fp32 elsewhere) | float32 | bfloat16; weights train in fp32
@@ -81,6 +87,7 @@ class GAGPOConfig:
     tiny_vocab_size: int = 1024
     tiny_hidden_size: int = 64
     tiny_layers: int = 2
+    tiny_heads: int = 4  # attention heads (key/value heads: half); vLLM on a CPU needs a head size of 32 or more
     torch_threads: int = 0  # 0: half the CPU cores (two busy threads on a shared 2-core box are slower than one)
     seed: int = 0
 
@@ -174,6 +181,15 @@ class GAGPOConfig:
         check(not (self.fsdp and self.lora_r > 0), "fsdp shards full fine-tuning; LoRA trains under DDP (fsdp=False)")
         check(self.dtype in DTYPES, f"dtype must be one of {DTYPES}, got {self.dtype!r}")
         check(self.torch_threads >= 0, "torch_threads must be >= 0")
+        check(self.backend in BACKENDS, f"backend must be one of {BACKENDS}, got {self.backend!r}")
+        check(
+            0 < self.vllm_gpu_memory_utilization <= 1,
+            f"vllm_gpu_memory_utilization must be in (0, 1], got {self.vllm_gpu_memory_utilization}",
+        )
+        check(
+            self.tiny_heads >= 1 and self.tiny_hidden_size % self.tiny_heads == 0,
+            f"tiny_heads must divide tiny_hidden_size ({self.tiny_hidden_size}), got {self.tiny_heads}",
+        )
 
     def resolved(self, tiny: bool) -> GAGPOConfig:
         """A copy with every ``"auto"`` / ``None`` replaced by its value for this model."""

@@ -18,6 +18,7 @@ import os
 import sys
 import tempfile
 import time
+import warnings
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -136,6 +137,11 @@ class GAGPOAgent:
         self.tiny = model == "tiny" or prior is not None
         self.config = GAGPOConfig.from_dict({"estimator": estimator, **hyperparameters}).resolved(self.tiny)
         c = self.config
+        if c.backend == "vllm" and c.action_mode == "choose":
+            warnings.warn(
+                "backend='vllm' serves generate mode; choose mode scores candidates with the trainer's packed forward",
+                stacklevel=2,
+            )
         if self.tiny and c.lora_r > 0:
             raise ValueError("lora_r > 0 needs a pretrained model: the tiny model starts random and trains all weights")
         torch.set_num_threads(c.torch_threads or max(1, (os.cpu_count() or 2) // 2))
@@ -144,6 +150,8 @@ class GAGPOAgent:
         self.num_timesteps = 0
         self.iteration = 0
         self.dist = Distributed(fsdp=c.fsdp)
+        if c.backend == "vllm" and self.dist.world_size > 1:
+            raise ValueError("backend='vllm' runs one engine in one process: launch a single process (or use 'hf')")
         self.verbose = verbose if self.dist.is_main else 0  # logs come from the main process
 
         self.env_id, self.env_kwargs, self.env_wrappers = None, dict(env_kwargs or {}), []
@@ -619,6 +627,8 @@ class GAGPOAgent:
             t0 = time.perf_counter()
             if not self.collect_rollouts(callback):
                 break
+            self.logger.record("time/weight_sync_s", self.policy.backend.last_sync_s)
+            self.policy.backend.release()  # a separate engine's weights are stale from here (on CUDA it sleeps)
             self.recompute_log_probs()
             self.logger.record("time/rollout_s", time.perf_counter() - t0)
             self.train()

@@ -191,10 +191,18 @@ def build_models(
             model = load_causal_lm(saved or source, torch.float32, device)
     if c.gradient_checkpointing:
         enable_gradient_checkpointing(model)
+    backend = None
+    if c.backend == "vllm" and c.action_mode == "generate":
+        from agents.vllm_backend import VLLMGenerationBackend
+
+        backend = VLLMGenerationBackend(
+            model, tokenizer, precision, max_model_len=c.max_prompt_tokens + c.max_new_tokens,
+            gpu_memory_utilization=c.vllm_gpu_memory_utilization, seed=c.seed,
+        )  # fmt: skip
     policy = LLMPolicy(
         model, tokenizer, action_mode=c.action_mode, temperature=c.temperature, max_new_tokens=c.max_new_tokens,
         value_head=c.estimator == "ppo", choose_score=c.choose_score, precision=precision,
-        token_budget=c.token_budget,
+        token_budget=c.token_budget, backend=backend,
     )  # fmt: skip
     reference = None
     if c.kl_coef > 0 and c.lora_r == 0:
@@ -216,4 +224,6 @@ def tiny_spec(config: Any):
         hidden_size=config.tiny_hidden_size,
         intermediate_size=3 * config.tiny_hidden_size,
         num_hidden_layers=config.tiny_layers,
+        num_attention_heads=config.tiny_heads,
+        num_key_value_heads=max(1, config.tiny_heads // 2),
     )

@@ -267,7 +267,13 @@ class Evaluation:
 
 
 class GenerationBackend(Protocol):
-    """What a generation engine provides: sampled response ids with their log-probs, and weight sync."""
+    """What a generation engine provides: sampled response ids with their log-probs, and weight sync.
+
+    An engine with its own copy of the weights syncs them at its first ``generate`` after ``release`` (the agent
+    calls it once per iteration, between the rollout and the update) and reports the time in ``last_sync_s``.
+    """
+
+    last_sync_s: float
 
     def generate(
         self, prompts: list[list[int]], *, max_new_tokens: int, temperature: float, greedy: bool, seeds: list[int]
@@ -275,9 +281,13 @@ class GenerationBackend(Protocol):
 
     def sync_weights(self, model: nn.Module) -> None: ...
 
+    def release(self) -> None: ...
+
 
 class HFGenerationBackend:
     """Sampling with :func:`sample_responses` on the training model itself (no weight copy to sync)."""
+
+    last_sync_s = 0.0
 
     def __init__(self, model: nn.Module, tokenizer, precision: Precision) -> None:
         self.model, self.tokenizer, self.precision = model, tokenizer, precision
@@ -285,6 +295,9 @@ class HFGenerationBackend:
 
     def sync_weights(self, model: nn.Module) -> None:
         self.model = model
+
+    def release(self) -> None:
+        """Nothing to free: sampling runs on the training weights themselves."""
 
     def generate(self, prompts, *, max_new_tokens, temperature, greedy, seeds):
         with self.precision.autocast():
@@ -481,6 +494,7 @@ class LLMPolicy(nn.Module):
         choose_score: ``"sum"`` or ``"mean"`` token log-prob of a candidate (choose mode).
         precision: device and compute dtype (default: the model's device, fp32).
         token_budget: tokens per forward when acting (prompts are batched under it).
+        backend: the generation engine of generate mode (default: sampling on this model, :class:`HFGenerationBackend`).
     """
 
     def __init__(
@@ -495,6 +509,7 @@ class LLMPolicy(nn.Module):
         choose_score: str = "sum",
         precision: Precision | None = None,
         token_budget: int = 16384,
+        backend: GenerationBackend | None = None,
     ) -> None:
         super().__init__()
         if tokenizer.pad_token_id is None or tokenizer.eos_token_id is None:
@@ -519,7 +534,7 @@ class LLMPolicy(nn.Module):
         # Forwards with gradients go through the engine's wrapper (DDP/FSDP) once the agent prepares it; forwards
         # without (rollouts, recomputed log-probs) use the plain core: replicated weights, no collectives.
         self.forward_core: nn.Module = self.core
-        self.backend: GenerationBackend = HFGenerationBackend(model, tokenizer, self.precision)
+        self.backend: GenerationBackend = backend or HFGenerationBackend(model, tokenizer, self.precision)
         self._action_tokens: dict[str, list[int]] = {}
 
     @property

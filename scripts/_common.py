@@ -190,6 +190,9 @@ FIELD_HELP: dict[str, str] = {
     "tiny_vocab_size": "tiny model: BPE vocabulary size (trained on the env's text)",
     "tiny_hidden_size": "tiny model: hidden size",
     "tiny_layers": "tiny model: transformer layers",
+    "tiny_heads": "tiny model: attention heads (key/value heads: half; vLLM on a CPU needs head size >= 32)",
+    "backend": "generate mode's rollout engine: hf | vllm (in-process vLLM, weights synced once per iteration)",
+    "vllm_gpu_memory_utilization": "vllm backend: the engine's share of the GPU while awake (CUDA only)",
     "seed": "seed for the model, sampling and the task sampler",
 }
 
