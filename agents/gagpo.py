@@ -38,7 +38,7 @@ from agents.loss import clipped_policy_loss, k3_kl
 from agents.models import Models, build_models
 from agents.policy import PolicyCore, budget_batches
 from agents.tiny import collect_env_text
-from agents.warm_start import read_prior
+from agents.warm_start import prior_defaults, read_prior
 from wrappers import GroupedVectorEnv, PromptBuilder
 
 AGENT_FILE = "agent.json"
@@ -103,8 +103,8 @@ class GAGPOAgent:
             :class:`~wrappers.GroupedVectorEnv` whose sub-envs are wrapped with :func:`~wrappers.wrap_text_env`.
         model: ``"tiny"`` (a small Qwen2 built from a config, tokenizer trained on the env's text) or a local
             checkpoint path / hub id for ``AutoModelForCausalLM``. A folder written by
-            :func:`~agents.warm_start.warm_start` is a tiny model with a language prior: it fine-tunes with the tiny
-            model's defaults and the prompt settings it was trained with.
+            :func:`~agents.warm_start.warm_start` is a tiny model with a language prior: it fine-tunes with
+            :data:`~agents.warm_start.FINE_TUNE` and the prompt settings it was trained with as defaults.
         estimator: ``"gagpo"`` | ``"gigpo"`` | ``"grpo"`` | ``"rloo"`` | ``"ppo"``.
         env_kwargs: constructor arguments for the env (with an env id).
         verbose: 0 silent, 1 one line per iteration on stdout, 2 SB3's full table.
@@ -129,10 +129,10 @@ class GAGPOAgent:
         if seed is not None:
             hyperparameters["seed"] = seed
         self.model_source = model
-        # A warm-started tiny model (agents.warm_start) fine-tunes with the tiny model's defaults and the prompt
-        # settings it was trained with, unless given others.
+        # A warm-started tiny model (agents.warm_start) fine-tunes with the prior's fine-tuning and prompt settings,
+        # unless given others.
         prior = read_prior(model) if model != "tiny" else None
-        for key, value in (prior or {}).get("prompt", {}).items():
+        for key, value in (prior_defaults(prior) if prior else {}).items():
             hyperparameters.setdefault(key, value)
         self.tiny = model == "tiny" or prior is not None
         self.config = GAGPOConfig.from_dict({"estimator": estimator, **hyperparameters}).resolved(self.tiny)

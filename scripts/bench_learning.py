@@ -99,7 +99,7 @@ ENVS: dict[str, EnvSetup] = {
         train_bar=0.85,
         note="small houses, all six task types, one house and task per seed, 30-step limit; 64 training tasks",
         prior={"episodes": 600, "epsilon": 0.2, "epochs": 10},
-        budget={"paper": {"total_steps": 8000, "eval_every": 2000}},
+        budget={"paper": {"total_steps": 6000, "eval_every": 2000}},
     ),
 }  # fmt: skip
 

@@ -19,7 +19,14 @@ def learning_section(md: Path) -> str:
     title = text.splitlines()[0].lstrip("# ").strip()
     setup = re.search(r"\n(- .*?)\n\n", text, re.S)
     summary = re.search(r"## Summary.*?\n\n(\|.*?)\n\n", text, re.S)
-    parts = [f"### {title} (`{md.name}`)", "", setup.group(1) if setup else "", ""]
+    note = re.match(r"# .*?\n\n(> .*?)\n", text)  # what a run was for, when its report says
+    parts = [
+        f"### {title} (`{md.name}`)",
+        "",
+        *([note.group(1), ""] if note else []),
+        setup.group(1) if setup else "",
+        "",
+    ]
     if summary:
         parts += [summary.group(1), ""]
     ratios = re.search(r"## GAGPO against the baselines\n\n(\|.*?)\n\n(.*?)\n", text, re.S)

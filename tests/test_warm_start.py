@@ -14,7 +14,7 @@ import pytest
 
 import gagpo_gym
 from agents.gagpo import GAGPOAgent
-from agents.warm_start import PRIOR_FILE, noisy_expert_transcripts, read_prior, warm_start
+from agents.warm_start import FINE_TUNE, PRIOR_FILE, noisy_expert_transcripts, read_prior, warm_start
 from gagpo_gym.envs.maze import MazeEnv
 
 MAZE = "gagpo_gym/Maze-v0"
@@ -58,14 +58,16 @@ def test_warm_start_lowers_the_loss_and_imitates_the_expert(prior):
     assert warm_success >= max(0.6, random_success + 0.2)
 
 
-def test_an_agent_on_the_prior_takes_tiny_defaults_and_its_prompt_settings(prior):
+def test_an_agent_on_the_prior_takes_its_fine_tuning_and_prompt_settings(prior):
     out, _ = prior
     assert read_prior(out)["env_id"] == MAZE and read_prior("tiny") is None
     agent = GAGPOAgent(MAZE, str(out), env_kwargs=TINY_MAZE, verbose=0, seed=0, num_groups=2, group_size=2)
     c = agent.config
-    assert agent.tiny and c.action_mode == "choose" and c.learning_rate == pytest.approx(1e-3)
+    assert agent.tiny and c.action_mode == "choose" and read_prior(out)["fine_tune"] == FINE_TUNE
+    assert (c.choose_score, c.learning_rate, c.n_epochs) == ("sum", FINE_TUNE["learning_rate"], FINE_TUNE["n_epochs"])
     assert c.history_length == 1  # from prior.json, not the config default
-    assert GAGPOAgent(MAZE, str(out), env_kwargs=TINY_MAZE, verbose=0, history_length=0).config.history_length == 0
+    told = GAGPOAgent(MAZE, str(out), env_kwargs=TINY_MAZE, verbose=0, history_length=0, choose_score="mean").config
+    assert (told.history_length, told.choose_score) == (0, "mean")
     before = [p.detach().clone() for p in agent.policy.core.parameters()]
     agent.learn(40)
     assert agent.num_timesteps >= 40
