@@ -61,14 +61,25 @@ def update_prior(source: str | Path, **fields: Any) -> None:
     path.write_text(json.dumps({**json.loads(path.read_text()), **fields}, indent=2))
 
 
-def noisy_expert_transcripts(agent: Any, episodes: int, epsilon: float, rng: np.random.Generator) -> Transcript:
-    """Play ``episodes`` training tasks (the agent's task pool) with the expert, random with probability epsilon."""
+def noisy_expert_transcripts(
+    agent: Any, episodes: int, epsilon: float, rng: np.random.Generator, expert: str = "oracle"
+) -> Transcript:
+    """Play ``episodes`` training tasks (the agent's task pool) with the expert, random with probability epsilon.
+
+    ``expert``: ``"oracle"``, the env's ``expert_action()``; another kind is asked for by name
+    (``expert_action(kind)``) from envs that list it in their ``EXPERTS`` (MiniHouse: ``"search"``, an expert that
+    knows only what the transcript shows).
+    """
     from agents.evaluation import make_env
 
     env = make_env(agent.env_id, agent.env_kwargs, agent._wrap_kwargs(), agent.env_wrappers)
     pool = agent.config.task_pool or 2**31 - 1
     out = Transcript()
     try:
+        kinds = getattr(env.unwrapped, "EXPERTS", ("oracle",))
+        if expert != "oracle" and expert not in kinds:  # "oracle": whatever the env's expert_action() plays
+            raise ValueError(f"{agent.env_id} has no {expert!r} expert; its experts: {', '.join(kinds)}")
+        ask = () if expert == "oracle" else (expert,)
         for _ in range(episodes):
             obs, info = env.reset(seed=int(rng.integers(pool)))
             done = False
@@ -80,7 +91,7 @@ def noisy_expert_transcripts(agent: Any, episodes: int, epsilon: float, rng: np.
                     action = admissible[int(rng.integers(len(admissible)))]
                 else:
                     try:
-                        action = env.unwrapped.expert_action()
+                        action = env.unwrapped.expert_action(*ask)
                     except NotImplementedError as err:
                         raise ValueError(f"{agent.env_id} has no expert: the warm start imitates one") from err
                     out.expert_steps += 1
@@ -140,9 +151,13 @@ def warm_start(
     batch_size: int = 32,
     seed: int = 0,
     verbose: int = 1,
+    expert: str = "oracle",
     **config: Any,
 ) -> dict[str, Any]:
     """Train the tiny model on ``episodes`` noisy-expert episodes of training tasks and save it at ``out``.
+
+    ``expert``: whose transcripts (see :func:`noisy_expert_transcripts`): ``"oracle"`` (the env's expert) or, on
+    MiniHouse, ``"search"`` (it searches for the objects instead of knowing where they are).
 
     ``config`` holds agent hyperparameters that shape the prior (``task_pool``: the training tasks;
     ``history_length`` and other prompt settings; the tiny model's size). Returns the record written to
@@ -157,7 +172,7 @@ def warm_start(
     started = time.perf_counter()
     agent = GAGPOAgent(env, "tiny", env_kwargs=env_kwargs, seed=seed, verbose=0, action_mode="choose", **config)
     rng = np.random.default_rng(seed)
-    data = noisy_expert_transcripts(agent, episodes, epsilon, rng)
+    data = noisy_expert_transcripts(agent, episodes, epsilon, rng, expert)
     collect_s = time.perf_counter() - started
     losses = supervised_epochs(
         agent.policy, data, epochs=epochs, learning_rate=learning_rate, batch_size=batch_size, rng=rng
@@ -169,6 +184,7 @@ def warm_start(
         "task_pool": c.task_pool,
         "episodes": episodes,
         "epsilon": epsilon,
+        "expert": expert,
         "epochs": epochs,
         "learning_rate": learning_rate,
         "batch_size": batch_size,
@@ -191,7 +207,7 @@ def warm_start(
     agent.env.close()
     if verbose:
         print(
-            f"warm start: {len(data.actions)} actions from {episodes} episodes (epsilon {epsilon}, transcript "
+            f"warm start: {len(data.actions)} actions from {episodes} {expert} episodes (epsilon {epsilon}, transcript "
             f"success {record['transcript_success']:.2f}); loss {losses[0]:.3f} -> {losses[-1]:.3f}; "
             f"{record['collect_s'] + record['train_s']:.0f}s; saved {out}"
         )

@@ -2,6 +2,7 @@
 
     python scripts/warm_start.py --env gagpo_gym/Maze-v0 --env-kwargs '{"max_episode_steps": 30}' --out priors/maze
     python scripts/warm_start.py --env gagpo_gym/MiniHouse-v0 --env-kwargs '{"size": "small"}' --epsilon 0.2
+    python scripts/warm_start.py --env gagpo_gym/MiniHouse-v0 --expert search --out priors/minihouse-search
 
 Training tasks are seeds ``0 .. task_pool - 1``; the held-out panel is ``--heldout-tasks`` seeds from
 ``--heldout-offset`` on, never seen in training. The folder written is what ``GAGPOAgent(env, model=<out>)`` and
@@ -30,6 +31,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", default=str(ROOT / "priors" / "prior"), help="folder for the warm-started model")
     parser.add_argument("--episodes", type=int, default=400, help="noisy-expert episodes on training tasks")
     parser.add_argument("--epsilon", type=float, default=0.3, help="probability of a random admissible action")
+    parser.add_argument(
+        "--expert", choices=("oracle", "search"), default="oracle",
+        help="whose transcripts: the env's expert, or (MiniHouse) one that searches, knowing only what it has seen",
+    )  # fmt: skip
     parser.add_argument("--epochs", type=int, default=10, help="passes over the transcripts")
     parser.add_argument("--learning-rate", type=float, default=1e-3, help="AdamW learning rate of the warm start")
     parser.add_argument("--batch-size", type=int, default=32, help="actions per optimiser step")
@@ -61,6 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         warm_start(
             env_id, args.out, env_kwargs=env_kwargs, episodes=args.episodes, epsilon=args.epsilon,
             epochs=args.epochs, learning_rate=args.learning_rate, batch_size=args.batch_size, seed=args.seed,
+            expert=args.expert,
             task_pool=args.task_pool, history_length=args.history_length, tiny_hidden_size=args.tiny_hidden_size,
             tiny_layers=args.tiny_layers, torch_threads=args.torch_threads,
         )  # fmt: skip

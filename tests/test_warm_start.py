@@ -74,6 +74,15 @@ def test_an_agent_on_the_prior_takes_its_fine_tuning_and_prompt_settings(prior):
     assert any(not np.allclose(a.numpy(), p.detach().numpy()) for a, p in zip(before, agent.policy.core.parameters()))
 
 
+def test_transcripts_of_the_searching_expert():
+    """MiniHouse's searching expert (it knows only what it has seen) wins too, in more steps than the oracle."""
+    agent = GAGPOAgent("gagpo_gym/MiniHouse-v0", env_kwargs={"size": "full"}, verbose=0, seed=0, **SMALL)
+    oracle = noisy_expert_transcripts(agent, 16, 0.0, np.random.default_rng(0))
+    search = noisy_expert_transcripts(agent, 16, 0.0, np.random.default_rng(0), expert="search")
+    assert oracle.won == search.won == 16 and search.expert_steps == len(search.actions)
+    assert len(search.actions) > len(oracle.actions) + 16
+
+
 class _MazeWithoutExpert(MazeEnv):
     def expert_action(self) -> str:
         raise NotImplementedError
@@ -83,6 +92,8 @@ def test_warm_start_fails_clearly(tmp_path):
     env_id = gagpo_gym.register_text_env("TestMazeWithoutExpert-v0", _MazeWithoutExpert, max_episode_steps=10)
     with pytest.raises(ValueError, match="has no expert"):
         warm_start(env_id, tmp_path, env_kwargs=TINY_MAZE, episodes=2, epsilon=0.0, verbose=0, **SMALL)
+    with pytest.raises(ValueError, match="has no 'search' expert"):
+        warm_start(MAZE, tmp_path, env_kwargs=TINY_MAZE, episodes=2, epsilon=0.0, verbose=0, expert="search", **SMALL)
     with pytest.raises(ValueError, match="epsilon"):
         warm_start(MAZE, tmp_path, env_kwargs=TINY_MAZE, epsilon=1.5, verbose=0)
     assert not (tmp_path / PRIOR_FILE).exists()

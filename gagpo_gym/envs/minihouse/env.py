@@ -12,7 +12,7 @@ from typing import Any
 
 from gagpo_gym.core import TextEnv, normalize_command
 from gagpo_gym.envs.minihouse import vocab
-from gagpo_gym.envs.minihouse.house import House, HouseConfig, generate
+from gagpo_gym.envs.minihouse.house import House, HouseConfig, SearchingExpert, generate
 
 #: Size presets. ``None`` means as in ALFWorld's scenes (room-kind statistics, see ``vocab``).
 SIZES: dict[str, dict[str, Any]] = {
@@ -46,7 +46,14 @@ class MiniHouseEnv(TextEnv):
 
     ``reset(seed=s)`` builds task ``s`` (the same on every machine); ``task_id`` is ``"minihouse/<size>/<s>"``
     (``<size>-<hash>`` when the preset was overridden).
+
+    Two experts (:meth:`expert_action`): ``"oracle"`` (default) reads the true state and never explores;
+    ``"search"`` (:class:`~gagpo_gym.envs.minihouse.house.SearchingExpert`) knows only what the transcript showed
+    and searches, as a person playing the game would.
     """
+
+    #: The kinds of :meth:`expert_action`.
+    EXPERTS = ("oracle", "search")
 
     def __init__(
         self,
@@ -91,6 +98,7 @@ class MiniHouseEnv(TextEnv):
         digest = hashlib.blake2b(repr(self.config).encode(), digest_size=3).hexdigest()
         self.size_label = size if self.config == default else f"{size}-{digest}"
         self.house: House | None = None
+        self.searcher: SearchingExpert | None = None
         self._reset_seed: int | None = None
         self._cache: dict[str, tuple[list[str], dict[str, tuple]]] = {}
         self._cache_task = ""
@@ -104,6 +112,7 @@ class MiniHouseEnv(TextEnv):
         seed = self._reset_seed if self._reset_seed is not None else int(self.np_random.integers(2**31 - 1))
         task_id = f"minihouse/{self.size_label}/{seed}"
         self.house = generate(seed, self.config, task_id)
+        self.searcher = SearchingExpert(self.house)  # its memory of the transcript starts afresh
         self.task, self.task_id, self.task_type = self.house.task, task_id, self.house.task_type
         self.won = False
         if task_id != self._cache_task:  # the admissible lists of a task stay valid across its episodes
@@ -112,7 +121,9 @@ class MiniHouseEnv(TextEnv):
 
     def _execute(self, command: str) -> tuple[str, float, bool]:
         house = self._require_house()
-        text = house.execute(self._commands()[1][command])
+        op = self._commands()[1][command]
+        text = house.execute(op)
+        self.searcher.observe(op)
         self.won = house.won
         return text, float(house.won), house.won
 
@@ -128,9 +139,16 @@ class MiniHouseEnv(TextEnv):
     def state_string(self) -> str:
         return self._require_house().state_string()
 
-    def expert_action(self) -> str:
-        """The oracle's next command (it reads the true state; it never explores)."""
-        return self._require_house().expert_command(self._commands()[1])
+    def expert_action(self, kind: str = "oracle") -> str:
+        """The next command of an expert: ``"oracle"`` reads the true state and never explores; ``"search"`` knows
+        only what the transcript showed (the intro's receptacles, the contents of those it looked into) and
+        searches the places where the goal object can be."""
+        house = self._require_house()
+        if kind == "oracle":
+            return house.expert_command(self._commands()[1])
+        if kind == "search":
+            return self.searcher.command(self._commands()[1])
+        raise ValueError(f"expert kind must be one of {self.EXPERTS}, got {kind!r}")
 
     # ----- internals ------------------------------------------------------------------------------------
     def _commands(self) -> tuple[list[str], dict[str, tuple]]:

@@ -1,4 +1,4 @@
-"""A generated ALFWorld-like room: its layout, its true state, the engine's rules and texts, and an oracle.
+"""A generated ALFWorld-like room: its layout, its true state, the engine's rules and texts, an oracle and a searcher.
 
 The rules are those of ALFWorld's PDDL domain (``alfworld/data/alfred.pddl``) and the texts those of its grammar
 (``alfred.twl2``), as the real engine plays them (quirks included: "a apple 1", "This is a cold X", ``use`` always
@@ -538,3 +538,161 @@ def _start_types(otype: str, room_types: list[str], exclude: str | None) -> list
 
 def _starts(otype: str, room_types: list[str], exclude: str | None) -> bool:
     return bool(_start_types(otype, room_types, exclude))
+
+
+# ----- the searching expert ----------------------------------------------------------------------------------
+_VERB = {"clean": "clean", "heat": "heat", "cool": "cool"}
+_UNDOES = {"heat": "cool", "cool": "heat"}  # heating an object makes it not cool, and cooling makes it not hot
+
+
+class SearchingExpert:
+    """An expert that plays from the transcript alone, as a person would: it knows what a player of the real game
+    knows, and finds the objects by looking.
+
+    It knows the task (goal object type, goal receptacle type, the appliance, that ``look`` needs a desk lamp), the
+    receptacles the intro lists, and common sense (:data:`vocab.CAN_CONTAIN`: which receptacle types can hold an
+    object type; which types have doors). Of this house's state it knows only what the observations showed: the
+    contents of the receptacles it has seen inside (:attr:`seen`, updated by :meth:`observe` after each command,
+    and only for the receptacle the agent stands at, when that one is open or has no door, exactly what the
+    feedback text lists), whether the receptacles it has visited have doors (:attr:`openable`), and which objects
+    its own commands cleaned, heated or cooled (:attr:`processed`). It never reads where an unseen object is.
+
+    It searches the receptacles that can hold the goal object, cheapest first (no door, then those that may have
+    one), in the intro's numbering within a cost; in this generator every such receptacle is equally likely to hold
+    a target, so the cheapest-first order is the shortest expected search. For ``pick`` and ``pick2`` it looks in
+    receptacles of the goal type last (ALFWorld's tasks never start an object in its goal receptacle).
+    """
+
+    def __init__(self, house: House) -> None:
+        self.house = house
+        self.seen: dict[int, tuple[int, ...]] = {}  # receptacle -> the objects its last listing showed
+        self.openable: dict[int, bool] = {}  # visited receptacle -> whether it has a door
+        self.processed: set[int] = set()  # objects this task's verb was applied to (and not undone)
+        goal_type, target_type = house.goal_receptacle, house.goal_object
+        unlikely = goal_type if house.task_type in ("pick", "pick2") else None
+        # tier[r]: the order of search for a target (0 first, 1 last), absent where a target cannot be
+        self.tier = {
+            r: int(rtype == unlikely)
+            for r, rtype in enumerate(house.rec_type)
+            if target_type in vocab.CAN_CONTAIN[rtype]
+        }
+        self.lamp_holders = tuple(r for r, rtype in enumerate(house.rec_type) if rtype in vocab.LAMP_HOLDERS)
+
+    # ----- memory ----------------------------------------------------------------------------------------------
+    def observe(self, op: tuple) -> None:
+        """Remember what the feedback of ``op`` (just executed) showed."""
+        h = self.house
+        verb = _VERB.get(h.task_type)
+        if verb is not None and op[0] == verb:
+            self.processed.add(op[1])
+        elif verb is not None and op[0] == _UNDOES.get(verb):
+            self.processed.discard(op[1])
+        r = h.agent
+        if r == MIDDLE:
+            return
+        self.openable[r] = h.rec_openable[r]  # "The X is closed." / "In it, you see" / "On the X, you see"
+        if not h.rec_openable[r] or h.opened[r]:
+            self.seen[r] = tuple(h.contents[r])
+
+    def _where(self) -> dict[int, int]:
+        """Every object seen, at the receptacle where it was last seen."""
+        return {o: r for r in sorted(self.seen) for o in self.seen[r]}
+
+    def _closed(self, r: int) -> bool:
+        """Whether ``r`` is known to be shut (only visited receptacles are known to have doors)."""
+        return self.openable.get(r, False) and not self.house.opened[r]
+
+    def _cost(self, r: int) -> float:
+        """Expected steps to see inside ``r`` from here: go there (unless here), open it (if it has a door)."""
+        go = r != self.house.agent
+        if r in self.openable:
+            return go + self._closed(r)
+        rtype = self.house.rec_type[r]
+        door = 1.0 if rtype in vocab.ALWAYS_OPENABLE else vocab.SOMETIMES_OPENABLE.get(rtype, 0.0)
+        return go + door
+
+    # ----- policy ----------------------------------------------------------------------------------------------
+    def command(self, ops: dict[str, tuple]) -> str:
+        h = self.house
+        held, where = h.held, self._where()
+        if h.task_type == "look":
+            if held in h.targets:
+                lamps = [where[lamp] for lamp in h.lamps if lamp in where]
+                if lamps:
+                    lamp_place = min(lamps, key=lambda r: (r != h.agent, r))
+                    lamp = next(o for o in self.seen[lamp_place] if o in h.lamps)
+                    return self._go_or(lamp_place, "use " + h.obj_name[lamp])
+                return self._explore(ops, {r: 0 for r in self.lamp_holders})
+            if held != MIDDLE:
+                return self._put_down(held, ops)
+            return self._fetch([o for o in h.targets if o in where], where, ops)
+        if h.task_type == "pick2":
+            place = min(
+                h.goal_places,
+                key=lambda r: (-sum(where.get(o) == r for o in h.targets), r not in self.openable, self._cost(r), r),
+            )
+            if held in h.targets:
+                return self._deliver(held, place, ops)
+            if held != MIDDLE:
+                return self._put_down(held, ops)
+            return self._fetch([o for o in h.targets if o in where and where[o] != place], where, ops)
+        if held in h.targets:
+            if h.state_flag and held not in self.processed:
+                appliance = min(h.appliances, key=lambda r: (r != h.agent, r))
+                command = f"{_VERB[h.task_type]} {h.obj_name[held]} with {h.rec_name[appliance]}"
+                return self._go_or(appliance, command)
+            place = min(h.goal_places, key=lambda r: (r not in self.openable, self._cost(r), r))
+            return self._deliver(held, place, ops)
+        if held != MIDDLE:
+            return self._put_down(held, ops)
+        return self._fetch([o for o in h.targets if o in where], where, ops)
+
+    def _fetch(self, known: list[int], where: dict[int, int], ops: dict[str, tuple]) -> str:
+        """Take the cheapest target seen (one already processed, or lying in the appliance, first), else search."""
+        h = self.house
+        if not known:
+            return self._explore(ops, self.tier)
+
+        def cost(o: int) -> tuple:
+            r = where[o]
+            todo = 0 if not h.state_flag or o in self.processed else 2 - (r in h.appliances)
+            return (self._cost(r) + todo, o)
+
+        o = min(known, key=cost)
+        r = where[o]
+        return self._reach(r, ops) or f"take {h.obj_name[o]} from {h.rec_name[r]}"
+
+    def _explore(self, ops: dict[str, tuple], tiers: dict[int, int]) -> str:
+        """Look inside the next unseen receptacle of ``tiers`` (any unseen one once those are all seen)."""
+        h = self.house
+        unseen = [r for r in sorted(tiers) if r not in self.seen]
+        if not unseen:
+            unseen = [r for r in range(len(h.rec_name)) if r not in self.seen]
+            tiers = {}
+        if not unseen:
+            return "look"  # everything was seen: nothing left to find (only after commands that hid nothing)
+        r = min(unseen, key=lambda r: (tiers.get(r, 0), self._cost(r), r))
+        return self._reach(r, ops) or "look"
+
+    def _put_down(self, o: int, ops: dict[str, tuple]) -> str:
+        """Put ``o`` (in the way) down here if it fits, else where it fits and is known to be open."""
+        h = self.house
+        here = f"move {h.obj_name[o]} to {h.rec_name[h.agent]}" if h.agent != MIDDLE else ""
+        if here in ops:
+            return here
+        r = min(h.fits[o], key=lambda r: (r not in self.openable, self._cost(r), r))
+        return self._deliver(o, r, ops)
+
+    def _deliver(self, o: int, r: int, ops: dict[str, tuple]) -> str:
+        return self._reach(r, ops) or f"move {self.house.obj_name[o]} to {self.house.rec_name[r]}"
+
+    def _go_or(self, r: int, command: str) -> str:
+        return command if self.house.agent == r else "go to " + self.house.rec_name[r]
+
+    def _reach(self, r: int, ops: dict[str, tuple]) -> str | None:
+        """The command that brings the agent to an open ``r``, or None when it is there."""
+        h = self.house
+        if h.agent != r:
+            return "go to " + h.rec_name[r]
+        command = "open " + h.rec_name[r]
+        return command if command in ops else None
