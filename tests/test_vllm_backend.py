@@ -10,6 +10,7 @@ weights before and after ``learn()`` (the sync works), vLLM's sampled-token log-
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,9 @@ SMALL: dict[str, Any] = {
 
 @pytest.fixture(scope="module")
 def vllm():
+    # vLLM on a CPU reserves its KV cache up front (VLLM_CPU_KVCACHE_SPACE GiB; its default asks for several):
+    # 1 GiB per engine holds these prompts many times over, and leaves room for the rest of a busy machine.
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     return pytest.importorskip("vllm")
 
 
@@ -109,7 +113,8 @@ def check_against_hf(agent: GAGPOAgent, steps: int) -> dict[str, float]:
 
 @pytest.mark.vllm
 def test_tiny_model_vllm_matches_hf_before_and_after_learning(vllm) -> None:
-    agent = GAGPOAgent(ENV, tiny_heads=2, learning_rate=1e-2, **SMALL)
+    agent = GAGPOAgent(ENV, tiny_heads=2, learning_rate=1e-2, **{**SMALL, "torch_threads": 2})
+    assert torch.get_num_threads() == 2  # the engine's own thread setting does not leak into training
     check_against_hf(agent, steps=3 * 2 * 3 * 2)
 
 
