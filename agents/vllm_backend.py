@@ -178,7 +178,7 @@ class VLLMGenerationBackend:
             include_stop_str_in_output=True,
             skip_special_tokens=False,
             logprobs=0,  # the sampled token's log-prob only
-            seed=None if greedy else seed,
+            seed=seed,  # None when greedy
         )
 
     def generate(self, prompts, *, max_new_tokens, temperature, greedy, seeds):
@@ -186,13 +186,11 @@ class VLLMGenerationBackend:
             self.sync_weights(self.model)
         if not greedy and (seeds is None or len(seeds) != len(prompts)):
             raise ValueError("sampling needs one seed per prompt")
+        seeds = [int(s) % 2**63 for s in seeds] if not greedy else [None] * len(prompts)
         params = [
-            self.sampling_params(
-                max_new_tokens=max_new_tokens, temperature=temperature, greedy=greedy,
-                seed=None if greedy else int(seeds[i]) % 2**63,
-            )
-            for i in range(len(prompts))
-        ]  # fmt: skip
+            self.sampling_params(max_new_tokens=max_new_tokens, temperature=temperature, greedy=greedy, seed=seed)
+            for seed in seeds
+        ]
         requests = [self._tokens_prompt(prompt_token_ids=list(p)) for p in prompts]
         outputs = self.llm.generate(requests, params, use_tqdm=False)
         responses, logps = [], []

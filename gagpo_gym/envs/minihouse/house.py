@@ -359,8 +359,8 @@ class House:
         if held in self.targets:
             if self.flags[held] & flag != flag:
                 appliance = self._nearest(self.appliances)
-                verb = {"clean": "clean", "heat": "heat", "cool": "cool"}[self.task_type]
-                return self._go_or(appliance, f"{verb} {self.obj_name[held]} with {self.rec_name[appliance]}")
+                command = f"{self.task_type} {self.obj_name[held]} with {self.rec_name[appliance]}"
+                return self._go_or(appliance, command)
             return self._deliver(held, self._nearest(self.goal_places))
         if held != MIDDLE:
             return self._put_down(held)
@@ -541,7 +541,7 @@ def _starts(otype: str, room_types: list[str], exclude: str | None) -> bool:
 
 
 # ----- the searching expert ----------------------------------------------------------------------------------
-_VERB = {"clean": "clean", "heat": "heat", "cool": "cool"}
+_PROCESS_VERBS = ("clean", "heat", "cool")  # the task types whose verb is the task type's own name
 _UNDOES = {"heat": "cool", "cool": "heat"}  # heating an object makes it not cool, and cooling makes it not hot
 
 
@@ -582,7 +582,7 @@ class SearchingExpert:
     def observe(self, op: tuple) -> None:
         """Remember what the feedback of ``op`` (just executed) showed."""
         h = self.house
-        verb = _VERB.get(h.task_type)
+        verb = h.task_type if h.task_type in _PROCESS_VERBS else None
         if verb is not None and op[0] == verb:
             self.processed.add(op[1])
         elif verb is not None and op[0] == _UNDOES.get(verb):
@@ -621,7 +621,7 @@ class SearchingExpert:
                 if lamps:
                     lamp_place = min(lamps, key=lambda r: (r != h.agent, r))
                     lamp = next(o for o in self.seen[lamp_place] if o in h.lamps)
-                    return self._go_or(lamp_place, "use " + h.obj_name[lamp])
+                    return h._go_or(lamp_place, "use " + h.obj_name[lamp])
                 return self._explore(ops, {r: 0 for r in self.lamp_holders})
             if held != MIDDLE:
                 return self._put_down(held, ops)
@@ -639,8 +639,8 @@ class SearchingExpert:
         if held in h.targets:
             if h.state_flag and held not in self.processed:
                 appliance = min(h.appliances, key=lambda r: (r != h.agent, r))
-                command = f"{_VERB[h.task_type]} {h.obj_name[held]} with {h.rec_name[appliance]}"
-                return self._go_or(appliance, command)
+                command = f"{h.task_type} {h.obj_name[held]} with {h.rec_name[appliance]}"
+                return h._go_or(appliance, command)
             place = min(h.goal_places, key=lambda r: (r not in self.openable, self._cost(r), r))
             return self._deliver(held, place, ops)
         if held != MIDDLE:
@@ -685,9 +685,6 @@ class SearchingExpert:
 
     def _deliver(self, o: int, r: int, ops: dict[str, tuple]) -> str:
         return self._reach(r, ops) or f"move {self.house.obj_name[o]} to {self.house.rec_name[r]}"
-
-    def _go_or(self, r: int, command: str) -> str:
-        return command if self.house.agent == r else "go to " + self.house.rec_name[r]
 
     def _reach(self, r: int, ops: dict[str, tuple]) -> str | None:
         """The command that brings the agent to an open ``r``, or None when it is there."""
