@@ -31,6 +31,8 @@ PROMPT_FIELDS = ("history_length", "show_admissible", "max_prompt_tokens", "inva
 #: (held-out greedy 0.36 -> 0.06); lr 3e-4 with 2 epochs and lr 1e-4 with 4 kept it and raised training success
 #: (results/learning_minihouse-many_fine_tune.md); the former costs 0.6x the update time.
 FINE_TUNE = {"choose_score": "sum", "learning_rate": 3e-4, "n_epochs": 2}
+#: Warm-start losses (:func:`supervised_epochs`).
+OBJECTIVES = ("tokens", "choice")
 
 
 @dataclass
@@ -39,6 +41,7 @@ class Transcript:
 
     prompts: list[list[int]] = field(default_factory=list)
     actions: list[str] = field(default_factory=list)
+    admissible: list[list[str]] = field(default_factory=list)  # the candidates each action was chosen from
     episodes: int = 0
     won: int = 0
     expert_steps: int = 0
@@ -97,6 +100,7 @@ def noisy_expert_transcripts(
                     out.expert_steps += 1
                 out.prompts.append(agent._prompt(obs, info))
                 out.actions.append(action)
+                out.admissible.append(admissible)
                 obs, _, terminated, truncated, info = env.step(action)
                 done = terminated or truncated
             out.episodes += 1
@@ -107,16 +111,37 @@ def noisy_expert_transcripts(
 
 
 def supervised_epochs(
-    policy: Any, data: Transcript, *, epochs: int, learning_rate: float, batch_size: int, rng: np.random.Generator
+    policy: Any,
+    data: Transcript,
+    *,
+    epochs: int,
+    learning_rate: float,
+    batch_size: int,
+    rng: np.random.Generator,
+    objective: str = "tokens",
 ) -> list[float]:
-    """Next-token cross-entropy on each action's tokens (and its end token) given its prompt; mean loss per epoch.
+    """Train on the expert's actions given their prompts; returns the mean loss per epoch.
 
-    The loss is the negative mean token log-prob of the action, the quantity choose mode scores candidates by,
-    computed by the policy's own packed forward.
+    ``objective``:
+
+    * ``"tokens"``: next-token cross-entropy on each action's tokens (and its end token), the negative mean token
+      log-prob of the action.
+    * ``"choice"``: that, plus the cross-entropy of choose mode's own policy (the softmax over the admissible
+      actions' scores, ``choose_score`` as configured) at the expert's action: it trains exactly the choice the agent
+      makes, where the token loss spends most of its signal on the words the candidates share ("go to").
+
+    Both are computed by the policy's own packed forward.
     """
+    if objective not in OBJECTIVES:
+        raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
     chooser = policy.actions  # ChooseMode: the warm start builds its agent in choose mode
     optimizer = torch.optim.AdamW([p for p in policy.core.parameters() if p.requires_grad], lr=learning_rate)
-    candidates = [[policy.action_tokens(a)] for a in data.actions]
+    if objective == "tokens":
+        candidates = [[policy.action_tokens(a)] for a in data.actions]
+        expert = [0] * len(data.actions)
+    else:
+        candidates = [[policy.action_tokens(a) for a in cands] for cands in data.admissible]
+        expert = [cands.index(a) for a, cands in zip(data.actions, data.admissible)]
     losses = []
     policy.train()
     for _ in range(epochs):
@@ -128,7 +153,11 @@ def supervised_epochs(
                 seq, counts, _ = chooser.score_candidates(
                     [data.prompts[i] for i in rows], [candidates[i] for i in rows]
                 )
-            loss = -(torch.cat(seq) / torch.cat(counts)).mean()
+            picked = [expert[i] for i in rows]
+            loss = -torch.stack([s[k] / n[k] for s, n, k in zip(seq, counts, picked)]).mean()
+            if objective == "choice":
+                choice = [chooser.choice_log_probs(s, n)[k] for s, n, k in zip(seq, counts, picked)]
+                loss = loss - torch.stack(choice).mean()
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(policy.core.parameters(), 1.0)
@@ -152,12 +181,14 @@ def warm_start(
     seed: int = 0,
     verbose: int = 1,
     expert: str = "oracle",
+    objective: str = "tokens",
     **config: Any,
 ) -> dict[str, Any]:
     """Train the tiny model on ``episodes`` noisy-expert episodes of training tasks and save it at ``out``.
 
     ``expert``: whose transcripts (see :func:`noisy_expert_transcripts`): ``"oracle"`` (the env's expert) or, on
-    MiniHouse, ``"search"`` (it searches for the objects instead of knowing where they are).
+    MiniHouse, ``"search"`` (it searches for the objects instead of knowing where they are). ``objective``: the
+    loss (:func:`supervised_epochs`).
 
     ``config`` holds agent hyperparameters that shape the prior (``task_pool``: the training tasks;
     ``history_length`` and other prompt settings; the tiny model's size). Returns the record written to
@@ -167,6 +198,8 @@ def warm_start(
 
     if not 0.0 <= epsilon <= 1.0:
         raise ValueError(f"epsilon must be in [0, 1], got {epsilon}")
+    if objective not in OBJECTIVES:  # before the transcripts are played, not after
+        raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
     if episodes < 1 or epochs < 1 or batch_size < 1:
         raise ValueError("episodes, epochs and batch_size must be >= 1")
     started = time.perf_counter()
@@ -175,8 +208,9 @@ def warm_start(
     data = noisy_expert_transcripts(agent, episodes, epsilon, rng, expert)
     collect_s = time.perf_counter() - started
     losses = supervised_epochs(
-        agent.policy, data, epochs=epochs, learning_rate=learning_rate, batch_size=batch_size, rng=rng
-    )
+        agent.policy, data, epochs=epochs, learning_rate=learning_rate, batch_size=batch_size, rng=rng,
+        objective=objective,
+    )  # fmt: skip
     c = agent.config
     record = {
         "env_id": agent.env_id,
@@ -185,6 +219,7 @@ def warm_start(
         "episodes": episodes,
         "epsilon": epsilon,
         "expert": expert,
+        "objective": objective,
         "epochs": epochs,
         "learning_rate": learning_rate,
         "batch_size": batch_size,

@@ -104,6 +104,8 @@ def table_row(name: str, metrics: dict[str, Any], kind: str) -> dict[str, Any]:
             values = per_column[column]
             row[column] = 100.0 * float(np.mean(values)) if values else None
         row["All"] = 100.0 * metrics["success_rate"]
+        won = [episode["length"] for episode in metrics["episodes"] if episode["won"]]
+        row["Won steps"] = float(np.mean(won)) if won else None
     elif kind == "shop":
         row["Score"] = 100.0 * metrics["score"]
         row["Success"] = 100.0 * metrics["success_rate"]
@@ -137,7 +139,8 @@ def markdown_table(rows: list[dict[str, Any]], columns: Sequence[str] | None = N
 def table_legend(kind: str) -> str:
     """What the columns mean, printed under the table."""
     first = {
-        "household": "Pick..Pick2, All: success rate (%) per task type and overall",
+        "household": "Pick..Pick2, All: success rate (%) per task type and overall; Won steps: mean length of the won "
+        "episodes",
         "shop": "Score: 100 x mean final score; Success: % of tasks with score 1",
         "generic": "Success: % of tasks solved; Return: mean episode return (penalties included)",
     }[kind]

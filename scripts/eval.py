@@ -9,7 +9,8 @@ a warning when they differ.
 
 The panel is tasks ``0..N-1`` (``reset(seed=i)``), each played once: the same tasks on every machine. Agents act
 greedily. Columns follow the paper: per-task-type success for ALFWorld/MiniHouse (Pick, Look, Clean, Heat, Cool,
-Pick2, All), score and success for MiniShop, success elsewhere, and the mean episode length.
+Pick2, All; the mean length of the won episodes), score and success for MiniShop, success elsewhere, and the mean
+episode length.
 """
 
 from __future__ import annotations

@@ -166,7 +166,7 @@ def test_eval_household_table_has_the_paper_columns():
         "eval", "--env", "gagpo_gym/MiniHouse-v0", "--env-kwargs", '{"size": "small"}', "--n-tasks", "6", "--expert"
     )
     assert code == 0, stderr
-    assert "| agent | Pick | Look | Clean | Heat | Cool | Pick2 | All | Length |" in stdout
+    assert "| agent | Pick | Look | Clean | Heat | Cool | Pick2 | All | Won steps | Length |" in stdout
     (expert,) = parse_table(stdout)
     played = [c for c in ("Pick", "Look", "Clean", "Heat", "Cool", "Pick2") if expert[c] != "-"]
     assert played and all(expert[c] == "100.0" for c in played) and expert["All"] == "100.0"

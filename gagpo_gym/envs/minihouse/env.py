@@ -14,16 +14,32 @@ from gagpo_gym.core import TextEnv, normalize_command
 from gagpo_gym.envs.minihouse import vocab
 from gagpo_gym.envs.minihouse.house import House, HouseConfig, SearchingExpert, generate
 
+#: ``door_weight`` of full-size houses: ALFWorld's valid_seen games start 12% of their goal objects behind a door,
+#: uniform placement here started 39% there (scripts/minihouse_fidelity.py).
+FULL_DOOR_WEIGHT = 0.2
 #: Size presets. ``None`` means as in ALFWorld's scenes (room-kind statistics, see ``vocab``).
 SIZES: dict[str, dict[str, Any]] = {
-    "small": {"n_receptacles": (4, 6), "n_distractor_objects": (2, 4), "n_targets": (1, 2), "n_targets_pick2": (2, 3)},
+    "small": {
+        "n_receptacles": (4, 6),
+        "n_distractor_objects": (2, 4),
+        "n_targets": (1, 2),
+        "n_targets_pick2": (2, 3),
+        "door_weight": 1.0,
+    },
     "medium": {
         "n_receptacles": (8, 12),
         "n_distractor_objects": (6, 10),
         "n_targets": (1, 3),
         "n_targets_pick2": (2, 3),
+        "door_weight": 1.0,
     },
-    "full": {"n_receptacles": None, "n_distractor_objects": None, "n_targets": (1, 3), "n_targets_pick2": (2, 4)},
+    "full": {
+        "n_receptacles": None,
+        "n_distractor_objects": None,
+        "n_targets": (1, 3),
+        "n_targets_pick2": (2, 4),
+        "door_weight": FULL_DOOR_WEIGHT,
+    },
 }
 _ROOM_ALIASES = {"living room": "livingroom", "living_room": "livingroom"}
 _CACHE_LIMIT = 200_000
@@ -42,6 +58,8 @@ class MiniHouseEnv(TextEnv):
             are accepted too); each reset draws one uniformly. Default: all that ``room_kinds`` allow.
         room_kinds: a subset of ``("kitchen", "livingroom", "bedroom", "bathroom")``; a task type is only set in
             the room kinds where ALFWorld sets it (heat and cool in kitchens, look in living rooms and bedrooms...).
+        door_weight: overrides the preset's relative chance that an object starts behind a door rather than in the
+            open (small and medium: 1, uniform over the receptacles that can hold it; full: ``FULL_DOOR_WEIGHT``).
         render_mode: ``"ansi"`` or ``"human"``.
 
     ``reset(seed=s)`` builds task ``s`` (the same on every machine); ``task_id`` is ``"minihouse/<size>/<s>"``
@@ -63,6 +81,7 @@ class MiniHouseEnv(TextEnv):
         n_distractor_objects: int | tuple[int, int] | None = None,
         task_types: list[str] | tuple[str, ...] | None = None,
         room_kinds: list[str] | tuple[str, ...] | None = None,
+        door_weight: float | None = None,
         render_mode: str | None = None,
     ) -> None:
         super().__init__(render_mode=render_mode)
@@ -86,6 +105,7 @@ class MiniHouseEnv(TextEnv):
             n_targets_pick2=preset["n_targets_pick2"],
             task_types=types,
             room_kinds=kinds,
+            door_weight=preset["door_weight"] if door_weight is None else _weight(door_weight),
         )
         default = HouseConfig(
             n_receptacles=preset["n_receptacles"],
@@ -94,6 +114,7 @@ class MiniHouseEnv(TextEnv):
             n_targets_pick2=preset["n_targets_pick2"],
             task_types=tuple(vocab.TASK_TYPES),
             room_kinds=vocab.ROOM_KINDS,
+            door_weight=preset["door_weight"],
         )
         digest = hashlib.blake2b(repr(self.config).encode(), digest_size=3).hexdigest()
         self.size_label = size if self.config == default else f"{size}-{digest}"
@@ -199,6 +220,12 @@ def _choose(names, allowed, canonical, singular: str, plural: str) -> tuple[str,
     if not chosen:
         raise ValueError(f"{plural} must name at least one {singular}")
     return tuple(chosen)
+
+
+def _weight(value) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 < value <= 1e6:
+        raise ValueError(f"door_weight must be a positive number, got {value!r}")
+    return float(value)
 
 
 def _range(name: str, value, minimum: int) -> tuple[int, int] | None:

@@ -78,6 +78,10 @@ class HouseConfig:
     task_types: tuple[str, ...]
     room_kinds: tuple[str, ...]
     lamp_probability: float = 0.7  # a desk lamp stands in living rooms and bedrooms that have a holder for it
+    #: Relative chance that an object starts in a receptacle with a door rather than in an open one. 1: uniform
+    #: over the receptacles that can hold it. ALFWorld's scenes keep objects out in the open more often (see
+    #: ``SIZES`` in env.py and scripts/minihouse_fidelity.py).
+    door_weight: float = 1.0
 
 
 def _display_order(names: list[str]) -> list[int]:
@@ -479,7 +483,10 @@ def generate(seed: int, config: HouseConfig, task_id: str) -> House:
     objects: list[tuple[str, int, int]] = []
 
     def place(otype: str, allowed: list[int]) -> None:
-        r = rng.choice(allowed)
+        if config.door_weight == 1.0:
+            r = rng.choice(allowed)
+        else:
+            r = rng.weighted(allowed, [config.door_weight if receptacles[r][1] else 1.0 for r in allowed])
         cool = (
             receptacles[r][0] == "Fridge"
             and otype in vocab.COOLABLE

@@ -1,0 +1,210 @@
+"""Sim-to-real in one command: train the tiny model in MiniHouse only, then play the real ALFWorld games.
+
+    python scripts/sim2real.py --out results/sim2real                 # the full run (about an hour on 2 CPU cores)
+    python scripts/sim2real.py --out /tmp/s2r --episodes 20 --epochs 1 --steps 128 --n-seen 12 --n-unseen 6
+
+Stages (each skipped with ``--resume`` when its output is there):
+
+1. **Warm start** (``agents.warm_start``) on full-size MiniHouse houses, all six task types, fresh tasks every
+   episode, from the transcripts of MiniHouse's searching expert (it finds objects by looking; it never reads where
+   they are), with the ``"choice"`` objective (the choose-mode policy's own cross-entropy).
+2. **GAGPO** on full-size MiniHouse from that prior (``GAGPOAgent(env, model=prior).learn(steps)``), with the
+   fine-tuning settings a prior brings (``warm_start.FINE_TUNE``).
+3. **Evaluation on the real engine** through ``scripts/eval.py`` (ALFWorld-v0, 50 steps, greedy, per task type):
+   the random admissible policy, the prior, the agent after GAGPO, and ALFWorld's handcoded expert (it sees what
+   the agent sees). Model selection uses valid_seen only: of the prior and the agent after GAGPO, the better one on
+   valid_seen becomes ``<out>/agent``. valid_unseen is played once per model, after training has ended.
+
+Writes ``<out>/agent`` (the selected agent, a few MB), ``<out>/sim2real.{json,md}`` (tables per split, training
+steps and wall times) and ``<out>/eval/<split>/<row>/eval.json``; the work folder ``<out>/work`` holds the prior and
+both agents.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from _common import ALFWORLD_ORDER, ROOT, fail, markdown_table
+
+MINIHOUSE = "gagpo_gym/MiniHouse-v0"
+ALFWORLD = "gagpo_gym/ALFWorld-v0"
+SPLIT_GAMES = {"valid_seen": 140, "valid_unseen": 134}
+ROWS = ("random", "prior", "gagpo", "handcoded expert")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        description="Warm start and GAGPO in MiniHouse, then greedy evaluation on the real ALFWorld games.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument("--out", default=str(ROOT / "results" / "sim2real"), help="output folder")
+    parser.add_argument("--resume", action="store_true", help="reuse the stages whose outputs exist in --out")
+    parser.add_argument("--seed", type=int, default=0, help="warm start and GAGPO seed")
+    parser.add_argument("--torch-threads", type=int, default=1, help="torch CPU threads per process")
+    warm = parser.add_argument_group("warm start (MiniHouse full-size houses, the searching expert)")
+    warm.add_argument("--episodes", type=int, default=800, help="expert episodes, each on a fresh task")
+    warm.add_argument("--epsilon", type=float, default=0.2, help="probability of a random admissible action")
+    warm.add_argument("--epochs", type=int, default=6, help="passes over the transcripts")
+    warm.add_argument("--warm-learning-rate", type=float, default=1e-3, help="AdamW learning rate")
+    warm.add_argument("--warm-batch-size", type=int, default=16, help="actions per optimiser step")
+    warm.add_argument("--objective", choices=("tokens", "choice"), default="choice", help="warm-start loss")
+    warm.add_argument("--history-length", type=int, default=4, help="recent steps shown in the prompt")
+    warm.add_argument("--show-admissible", action="store_true", help="list the admissible actions in the prompt")
+    warm.add_argument("--tiny-hidden-size", type=int, default=64, help="width of the tiny model")
+    warm.add_argument("--tiny-layers", type=int, default=2, help="decoder layers of the tiny model")
+    rl = parser.add_argument_group("GAGPO (MiniHouse full-size houses)")
+    rl.add_argument("--steps", type=int, default=4000, help="GAGPO env steps (0: skip; the prior is the agent)")
+    rl.add_argument("--num-groups", type=int, default=4, help="tasks per iteration")
+    rl.add_argument("--group-size", type=int, default=4, help="episodes per task")
+    rl.add_argument("--estimator", default="gagpo", help="advantage estimator")
+    ev = parser.add_argument_group("evaluation (real ALFWorld, 50 steps, greedy)")
+    ev.add_argument("--n-seen", type=int, default=SPLIT_GAMES["valid_seen"], help="valid_seen games (selection)")
+    ev.add_argument("--n-unseen", type=int, default=SPLIT_GAMES["valid_unseen"], help="valid_unseen games")
+    ev.add_argument("--jobs", type=int, default=2, help="eval.py processes at a time")
+    return parser
+
+
+def warm_start_stage(args: argparse.Namespace, prior: Path) -> dict[str, Any]:
+    from agents.warm_start import read_prior, warm_start
+
+    if args.resume and read_prior(prior) is not None:
+        print(f"warm start: reusing {prior}")
+        return read_prior(prior)
+    return warm_start(
+        MINIHOUSE, prior, env_kwargs={"size": "full"}, episodes=args.episodes, epsilon=args.epsilon,
+        epochs=args.epochs, learning_rate=args.warm_learning_rate, batch_size=args.warm_batch_size, seed=args.seed,
+        expert="search", objective=args.objective, task_pool=0, history_length=args.history_length,
+        show_admissible=args.show_admissible, tiny_hidden_size=args.tiny_hidden_size, tiny_layers=args.tiny_layers,
+        torch_threads=args.torch_threads,
+    )  # fmt: skip
+
+
+def rl_stage(args: argparse.Namespace, prior: Path, work: Path) -> dict[str, Any]:
+    """Save the prior as an agent (0 steps) and train GAGPO from it; returns steps and wall time."""
+    from agents.gagpo import AGENT_FILE, GAGPOAgent
+
+    prior_agent, final = work / "prior_agent", work / "gagpo"
+    record_file = work / "rl.json"
+    if args.resume and (final / AGENT_FILE).is_file() and record_file.is_file():
+        print(f"GAGPO: reusing {final}")
+        return json.loads(record_file.read_text())
+
+    def agent() -> GAGPOAgent:
+        return GAGPOAgent(
+            MINIHOUSE, str(prior), env_kwargs={"size": "full"}, estimator=args.estimator, task_pool=0,
+            num_groups=args.num_groups, group_size=args.group_size, seed=args.seed, verbose=0,
+            torch_threads=args.torch_threads,
+        )  # fmt: skip
+
+    agent().save(prior_agent)
+    started = time.perf_counter()
+    learner = agent()
+    if args.steps:
+        learner.learn(args.steps)
+    learner.save(final)
+    record = {"steps": learner.num_timesteps, "seconds": time.perf_counter() - started, "config": vars(learner.config)}
+    record_file.write_text(json.dumps(record, indent=2, default=str))
+    print(f"GAGPO: {record['steps']} MiniHouse env steps in {record['seconds']:.0f}s; saved {final}")
+    return record
+
+
+def eval_rows(args: argparse.Namespace, work: Path, out: Path, split: str, rows: list[str]) -> dict[str, Any]:
+    """Run scripts/eval.py once per row on ``split`` (``--jobs`` at a time); returns each row's eval.json."""
+    n_tasks = args.n_seen if split == "valid_seen" else args.n_unseen
+    sources = {"prior": work / "prior_agent", "gagpo": work / "gagpo"}
+
+    def run(row: str) -> dict[str, Any]:
+        folder = out / "eval" / split / row.replace(" ", "_")
+        if args.resume and (folder / "eval.json").is_file():
+            return json.loads((folder / "eval.json").read_text())
+        kwargs = {"split": split, **({"expert": "handcoded"} if row == "handcoded expert" else {})}
+        command = [
+            sys.executable, str(ROOT / "scripts" / "eval.py"), "--env", ALFWORLD, "--env-kwargs", json.dumps(kwargs),
+            "--n-tasks", str(n_tasks), "--batch-size", "8", "--out", str(folder),
+        ]  # fmt: skip
+        if row in sources:
+            command += ["--agent", str(sources[row]), "--name", row]
+        else:
+            command += ["--expert" if row == "handcoded expert" else "--random"]
+        started = time.perf_counter()
+        done = subprocess.run(command, capture_output=True, text=True)
+        if done.returncode:
+            fail(f"eval.py failed for {row} on {split}:\n{done.stderr[-2000:]}")
+        print(f"{split} / {row}: {time.perf_counter() - started:.0f}s")
+        return json.loads((folder / "eval.json").read_text())
+
+    with ThreadPoolExecutor(max(1, args.jobs)) as pool:
+        return dict(zip(rows, pool.map(run, rows)))
+
+
+def split_table(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per policy: success per task type (%), all, mean steps of won games, mean length, games."""
+    table = []
+    for row, payload in results.items():
+        metrics = payload["results"][0]
+        entry = {"policy": row, **{c: payload["table"][0].get(c) for c in (*ALFWORLD_ORDER, "All", "Won steps")}}
+        entry["Length"] = metrics["mean_length"]
+        entry["Games"] = metrics["n_tasks"]
+        entry["Eval s"] = payload["results"][0]["seconds"]
+        table.append(entry)
+    return table
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.n_seen < 1 or args.n_unseen < 1 or args.episodes < 1 or args.steps < 0:
+        fail("--n-seen, --n-unseen and --episodes must be >= 1 and --steps >= 0")
+    out = Path(args.out)
+    work = out / "work"
+    prior = work / "prior"
+    work.mkdir(parents=True, exist_ok=True)
+    import torch
+
+    torch.set_num_threads(args.torch_threads)
+
+    prior_record = warm_start_stage(args, prior)
+    rl_record = rl_stage(args, prior, work)
+
+    seen = eval_rows(args, work, out, "valid_seen", list(ROWS))
+    selected = max(("prior", "gagpo"), key=lambda row: (seen[row]["results"][0]["success_rate"], row == "gagpo"))
+    unseen = eval_rows(args, work, out, "valid_unseen", list(ROWS))
+    agent_dir = out / "agent"
+    if agent_dir.exists():
+        shutil.rmtree(agent_dir)
+    shutil.copytree(work / ("prior_agent" if selected == "prior" else "gagpo"), agent_dir)
+
+    tables = {"valid_seen": split_table(seen), "valid_unseen": split_table(unseen)}
+    training = {
+        "warm_start": {
+            "episodes": prior_record["episodes"], "actions": prior_record["actions"],
+            "transcript_success": prior_record["transcript_success"], "losses": prior_record["losses"],
+            "seconds": prior_record["collect_s"] + prior_record["train_s"],
+        },
+        "gagpo": {"minihouse_env_steps": rl_record["steps"], "seconds": rl_record["seconds"]},
+    }  # fmt: skip
+    payload = {"selected": selected, "args": vars(args), "training": training, "tables": tables}
+    (out / "sim2real.json").write_text(json.dumps(payload, indent=2, default=str))
+    lines = [
+        f"Selected on valid_seen: **{selected}** (copied to `{agent_dir}`).",
+        f"Warm start: {training['warm_start']['episodes']} searching-expert episodes "
+        f"({training['warm_start']['actions']} actions), {training['warm_start']['seconds']:.0f}s. "
+        f"GAGPO: {training['gagpo']['minihouse_env_steps']} MiniHouse env steps, {training['gagpo']['seconds']:.0f}s.",
+    ]
+    for split, rows in tables.items():
+        lines += ["", f"### ALFWorld {split} (greedy, 50 steps; success %)", "", markdown_table(rows)]
+    text = "\n".join(lines)
+    (out / "sim2real.md").write_text(text + "\n")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

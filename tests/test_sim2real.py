@@ -1,0 +1,78 @@
+"""Sim-to-real: the fidelity measurements (MiniHouse against the real ALFWorld games) and the one-command pipeline.
+
+The ALFWorld parts play real games on ALFWorld's own engine from ``../shared/alfworld`` and skip only where
+ALFWorld or its data is absent.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+
+import minihouse_fidelity as fidelity  # noqa: E402
+
+ALFWORLD_DATA = ROOT / ".." / "shared" / "alfworld" / "json_2.1.1"
+
+
+def _need_alfworld() -> None:
+    pytest.importorskip("alfworld")
+    if not ALFWORLD_DATA.is_dir():
+        pytest.skip(f"ALFWorld data not found at {ALFWORLD_DATA}")
+
+
+def test_phrasing_template_hides_names_and_list_lengths():
+    long = "You arrive at countertop 1. On the countertop 1, you see a apple 1, a bread 2, and a cup 3."
+    short = "You arrive at drawer 12. On the drawer 12, you see a pen 1."
+    assert fidelity.template(long) == fidelity.template(short) == "you arrive at <e>. on the <e>, you see <e>."
+    assert fidelity.template("You close the fridge 1.") == "you close the <e>."
+    assert fidelity.template("Nothing happens.") == "nothing happens."
+
+
+def test_minihouse_statistics_follow_the_generator():
+    rows, phrasing = fidelity.minihouse_houses(30, {})
+    stats = fidelity.summary(rows, phrasing, None)
+    assert stats["games"] == 30 and 7 <= stats["receptacles"] <= 50
+    assert stats["shared_location_share"] == 0.0 and stats["off_receptacle"] == 0.0  # by construction
+    assert 0.0 < stats["targets_behind_door"] < 0.3  # the full preset's door_weight
+    assert "you close the <e>." in phrasing and stats["phrasing_templates"] > 10  # random episodes: other verbs
+
+
+def test_alfworld_statistics_and_phrasing_coverage():
+    _need_alfworld()
+    rows, phrasing = fidelity.alfworld_games("valid_seen", 6)
+    assert len(rows) == 6 and {r["type"] for r in rows} == {"pick", "look", "clean", "heat", "cool", "pick2"}
+    assert all(r["receptacles"] >= 5 and r["targets"] >= 1 and r["search_width"] >= 1 for r in rows)
+    house_rows, house_phrasing = fidelity.minihouse_houses(100, {})
+    stats = fidelity.summary(rows, phrasing, house_phrasing)
+    # MiniHouse speaks ALFWorld's language: most real walkthrough observations have a MiniHouse twin phrasing.
+    assert stats["phrasing_covered"] > 0.6, stats["phrasing_missing"]
+    assert not stats["unknown_goal_object"] and not stats["unknown_goal_receptacle"]
+
+
+def test_pipeline_runs_end_to_end_and_resumes(tmp_path):
+    _need_alfworld()
+    import sim2real
+
+    from agents.gagpo import GAGPOAgent
+
+    out = tmp_path / "s2r"
+    argv = ["--out", str(out), "--episodes", "3", "--epochs", "1", "--steps", "0", "--n-seen", "1", "--n-unseen", "1"]
+    assert sim2real.main(argv) == 0
+    payload = json.loads((out / "sim2real.json").read_text())
+    for split in ("valid_seen", "valid_unseen"):
+        rows = {row["policy"]: row for row in payload["tables"][split]}
+        assert set(rows) == set(sim2real.ROWS) and all(row["Games"] == 1 for row in rows.values())
+        assert rows["handcoded expert"]["All"] == 100.0 and rows["handcoded expert"]["Won steps"] <= 50
+    assert payload["training"]["warm_start"]["episodes"] == 3
+    agent = GAGPOAgent.load(str(out / "agent"), verbose=0, torch_threads=1)
+    assert agent.env_id == sim2real.MINIHOUSE and agent.config.history_length == 4
+    stamps = {p: p.stat().st_mtime_ns for p in (out / "eval").rglob("eval.json")}
+    assert len(stamps) == 8
+    assert sim2real.main([*argv, "--resume"]) == 0  # nothing is trained or played again
+    assert {p: p.stat().st_mtime_ns for p in (out / "eval").rglob("eval.json")} == stamps
