@@ -203,6 +203,8 @@ def warm_start(
     if episodes < 1 or epochs < 1 or batch_size < 1:
         raise ValueError("episodes, epochs and batch_size must be >= 1")
     started = time.perf_counter()
+    # The choice objective trains the ranking that fine-tuning will use: FINE_TUNE's scoring unless told otherwise.
+    config = {"choose_score": FINE_TUNE["choose_score"], **config}
     agent = GAGPOAgent(env, "tiny", env_kwargs=env_kwargs, seed=seed, verbose=0, action_mode="choose", **config)
     rng = np.random.default_rng(seed)
     data = noisy_expert_transcripts(agent, episodes, epsilon, rng, expert)

@@ -15,7 +15,8 @@ Stages (each skipped with ``--resume`` when its output is there):
    the agent sees). Model selection uses valid_seen only: of the prior and the agent after GAGPO, the better one on
    valid_seen becomes ``<out>/agent``. valid_unseen is played once per model, after training has ended.
 
-Writes ``<out>/agent`` (the selected agent, a few MB), ``<out>/sim2real.{json,md}`` (tables per split, training
+Writes ``<out>/agent`` (the selected agent, a few MB), ``<out>/prior_agent`` (the prior's row),
+``<out>/sim2real.{json,md}`` (tables per split, training
 steps and wall times) and ``<out>/eval/<split>/<row>/eval.json``; the work folder ``<out>/work`` holds the prior and
 both agents.
 """
@@ -177,9 +178,11 @@ def main(argv: list[str] | None = None) -> int:
     selected = max(("prior", "gagpo"), key=lambda row: (seen[row]["results"][0]["success_rate"], row == "gagpo"))
     unseen = eval_rows(args, work, out, "valid_unseen", list(ROWS))
     agent_dir = out / "agent"
-    if agent_dir.exists():
-        shutil.rmtree(agent_dir)
-    shutil.copytree(work / ("prior_agent" if selected == "prior" else "gagpo"), agent_dir)
+    for source, target in ((work / ("prior_agent" if selected == "prior" else "gagpo"), agent_dir),
+                           (work / "prior_agent", out / "prior_agent")):  # fmt: skip
+        if target.exists():
+            shutil.rmtree(target)
+        shutil.copytree(source, target)
 
     tables = {"valid_seen": split_table(seen), "valid_unseen": split_table(unseen)}
     training = {
