@@ -202,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
         f"GAGPO: {training['gagpo']['minihouse_env_steps']} MiniHouse env steps, {training['gagpo']['seconds']:.0f}s.",
     ]
     for split, rows in tables.items():
-        lines += ["", f"### ALFWorld {split} (greedy, 50 steps; success %)", "", markdown_table(rows)]
+        lines += ["", f"**ALFWorld {split}** (greedy, 50 steps; success %):", "", markdown_table(rows)]
     text = "\n".join(lines)
     (out / "sim2real.md").write_text(text + "\n")
     print(text)
