@@ -1,8 +1,8 @@
 """Regenerate the README's results section from the scripts' outputs in results/ (no hand-typed numbers).
 
-Reads results/demo/summary.md (scripts/demo.py --out results/demo), results/sim2real/{sim2real,fidelity}.md
-(scripts/sim2real.py, scripts/minihouse_fidelity.py) and every results/learning_*.md (scripts/bench_learning.py),
-and replaces the text between the README's results markers.
+Reads results/demo/summary.md (scripts/demo.py --out results/demo), the .md files of results/sim2real/
+(scripts/sim2real.py, scripts/minihouse_fidelity.py, the door_weight ablation) and every results/learning_*.md
+(scripts/bench_learning.py), and replaces the text between the README's results markers.
 """
 
 from __future__ import annotations
@@ -51,9 +51,10 @@ def main() -> None:
     if (sim2real / "sim2real.md").is_file():
         parts += ["### Sim-to-real: MiniHouse only, then real ALFWorld (`sim2real/sim2real.md`)", ""]
         parts += [(sim2real / "sim2real.md").read_text().strip(), ""]
-    if (sim2real / "fidelity.md").is_file():
-        parts += ["### MiniHouse against ALFWorld's games (`sim2real/fidelity.md`)", ""]
-        parts += [(sim2real / "fidelity.md").read_text().strip(), ""]
+    sections = (("fidelity", "MiniHouse against ALFWorld's games"), ("ablation_door_weight", "What door_weight bought"))
+    for name, title in sections:
+        if (sim2real / f"{name}.md").is_file():
+            parts += [f"### {title} (`sim2real/{name}.md`)", "", (sim2real / f"{name}.md").read_text().strip(), ""]
     for md in sorted(results.glob("learning_*.md")):
         parts.append(learning_section(md))
     readme = ROOT / "README.md"
