@@ -74,7 +74,7 @@ def alfworld_games(split: str, n_games: int | None = None) -> tuple[list[dict[st
             params = json.loads((game_dir / "traj_data.json").read_text())["pddl_params"]
             rec_type = {r: _kind(t) for r, t in facts["receptacletype"]}
             obj_type = {o: _kind(t) for o, t in facts["objecttype"]}
-            movable = {o for (o,) in facts["pickupable"]} | {o for (o,) in facts["toggleable"]}
+            movable = ({o for (o,) in facts["pickupable"]} | {o for (o,) in facts["toggleable"]}) & obj_type.keys()
             inside = {o: r for o, r in facts["inreceptacle"] if o in obj_type}
             doors = {r for (r,) in facts["openable"]}
             at = Counter(loc for _, loc in facts["receptacleatlocation"])
@@ -86,14 +86,14 @@ def alfworld_games(split: str, n_games: int | None = None) -> tuple[list[dict[st
                 {
                     "type": env.task_type,
                     "receptacles": len(rec_type),
-                    "objects": len([o for o in movable if o in obj_type]),
+                    "objects": len(movable),
                     "door_share": len(doors) / max(1, len(rec_type)),
                     "shared_location_share": len(shared) / max(1, len(rec_type)),
                     "off_receptacle": sum(o not in inside for o in movable),
                     "targets": len(targets),
                     "search_width": sum(t in can_hold for t in rec_type.values()),
                     "targets_behind_door": np.mean([inside.get(o) in doors for o in targets]) if targets else 0.0,
-                    "objects_behind_door": np.mean([inside.get(o) in doors for o in movable if o in obj_type]),
+                    "objects_behind_door": np.mean([inside.get(o) in doors for o in movable]),
                     "floor_lamp": params["toggle_target"] == "FloorLamp",
                     "unknown_goal_object": goal not in known_objects,
                     "unknown_goal_receptacle": bool(params["parent_target"])

@@ -76,9 +76,10 @@ def build_parser() -> argparse.ArgumentParser:
 def warm_start_stage(args: argparse.Namespace, prior: Path) -> dict[str, Any]:
     from agents.warm_start import read_prior, warm_start
 
-    if args.resume and read_prior(prior) is not None:
+    record = read_prior(prior) if args.resume else None
+    if record is not None:
         print(f"warm start: reusing {prior}")
-        return read_prior(prior)
+        return record
     return warm_start(
         MINIHOUSE, prior, env_kwargs={"size": "full"}, episodes=args.episodes, epsilon=args.epsilon,
         epochs=args.epochs, learning_rate=args.warm_learning_rate, batch_size=args.warm_batch_size, seed=args.seed,
@@ -98,16 +99,13 @@ def rl_stage(args: argparse.Namespace, prior: Path, work: Path) -> dict[str, Any
         print(f"GAGPO: reusing {final}")
         return json.loads(record_file.read_text())
 
-    def agent() -> GAGPOAgent:
-        return GAGPOAgent(
-            MINIHOUSE, str(prior), env_kwargs={"size": "full"}, estimator=args.estimator, task_pool=0,
-            num_groups=args.num_groups, group_size=args.group_size, seed=args.seed, verbose=0,
-            torch_threads=args.torch_threads,
-        )  # fmt: skip
-
-    agent().save(prior_agent)
     started = time.perf_counter()
-    learner = agent()
+    learner = GAGPOAgent(
+        MINIHOUSE, str(prior), env_kwargs={"size": "full"}, estimator=args.estimator, task_pool=0,
+        num_groups=args.num_groups, group_size=args.group_size, seed=args.seed, verbose=0,
+        torch_threads=args.torch_threads,
+    )  # fmt: skip
+    learner.save(prior_agent)  # the prior as an agent, before any step
     if args.steps:
         learner.learn(args.steps)
     learner.save(final)
@@ -154,7 +152,7 @@ def split_table(results: dict[str, Any]) -> list[dict[str, Any]]:
         entry = {"policy": row, **{c: payload["table"][0].get(c) for c in (*ALFWORLD_ORDER, "All", "Won steps")}}
         entry["Length"] = metrics["mean_length"]
         entry["Games"] = metrics["n_tasks"]
-        entry["Eval s"] = payload["results"][0]["seconds"]
+        entry["Eval s"] = metrics["seconds"]
         table.append(entry)
     return table
 

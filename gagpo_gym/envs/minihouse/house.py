@@ -483,7 +483,7 @@ def generate(seed: int, config: HouseConfig, task_id: str) -> House:
     objects: list[tuple[str, int, int]] = []
 
     def place(otype: str, allowed: list[int]) -> None:
-        if config.door_weight == 1.0:
+        if config.door_weight == 1.0:  # uniform: the same draws as before the weight existed, so the same tasks
             r = rng.choice(allowed)
         else:
             r = rng.weighted(allowed, [config.door_weight if receptacles[r][1] else 1.0 for r in allowed])
