@@ -7,6 +7,7 @@ are computed with the configured estimator; batch-level normalisation waits for 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -201,6 +202,33 @@ class GroupRolloutBuffer:
         return adv.step_group_stats(
             groups, keys, backoff_keys=self._levels(self.rows), backoff_min_count=self.config.backoff_min_count
         )
+
+    def minibatches(
+        self,
+        rng: np.random.Generator,
+        n_epochs: int,
+        minibatch_size: int,
+        gather: Callable[[object], list] | None = None,
+    ) -> list[list[list[Row]]]:
+        """The update's plan, epoch by epoch (SB3's ``RolloutBuffer.get``): this process's rows of each minibatch.
+
+        Each epoch permutes the rollout's rows in one canonical order (group by group, episode by episode, time
+        order) and cuts the permutation into ``ceil(rows / minibatch_size)`` nearly equal minibatches. ``gather``
+        returns every rank's value of its argument: with it the order covers every rank's rows and each rank keeps
+        its own part of each minibatch, so N ranks step on exactly the minibatches of one process (``rng`` must
+        be in the same state on every rank).
+        """
+        groups = sorted(self._rows_of_group)
+        layout = (gather or (lambda obj: [obj]))([(g, len(self._rows_of_group[g])) for g in groups])
+        sizes = dict(sorted(item for part in layout for item in part))
+        offset = dict(zip(sizes, np.cumsum([0, *sizes.values()])))
+        local = {int(offset[g]) + k: row for g in groups for k, row in enumerate(self._group_rows(g))}
+        steps = max(1, math.ceil(sum(sizes.values()) / minibatch_size))
+        plan = []
+        for _ in range(n_epochs):
+            order = rng.permutation(sum(sizes.values()))
+            plan.append([[local[i] for i in chunk if i in local] for chunk in np.array_split(order, steps)])
+        return plan
 
     def advantages(self) -> np.ndarray:
         return np.array([r.advantage for r in self.rows], dtype=np.float64)

@@ -13,7 +13,6 @@ import contextlib
 import functools
 import hashlib
 import json
-import math
 import os
 import sys
 import tempfile
@@ -492,15 +491,9 @@ class GAGPOAgent:
                 self.logger.record(f"train/{key}", float(np.mean(values)))
 
     def _update_plan(self) -> list[list[list[Row]]]:
-        """The update's minibatches, epoch by epoch: a fresh permutation of the rollout each epoch, cut into
-        ``ceil(global rows / minibatch_size)`` nearly equal parts (every rank takes the same number of steps)."""
-        rows = self.buffer.rows
-        steps = max(1, math.ceil(int(self.dist.sum([len(rows)])[0]) / self.config.minibatch_size))
-        plan = []
-        for _ in range(self.config.n_epochs):
-            order = self.rng.permutation(len(rows))
-            plan.append([[rows[i] for i in chunk] for chunk in np.array_split(order, steps)])
-        return plan
+        """The update's minibatches, epoch by epoch: every rank's part of one process's minibatches."""
+        gather = self.dist.gather if self.dist.enabled else None
+        return self.buffer.minibatches(self.rng, self.config.n_epochs, self.config.minibatch_size, gather)
 
     def _micro_loss(self, micro: list[Row], logs: dict[str, list[float]]) -> tuple[torch.Tensor, float]:
         """The loss of one micro-batch, a mean over its actions (logs its parts), and its largest |ratio - 1|."""

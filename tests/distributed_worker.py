@@ -1,10 +1,11 @@
-"""Run by tests/test_distributed.py: one GAGPO iteration, as one process or as one rank of a torchrun launch.
+"""Run by tests/test_distributed.py: two GAGPO iterations, as one process or as one rank of a torchrun launch.
 
     python tests/distributed_worker.py OUT                  # 4 groups in one process
     torchrun --standalone --nproc_per_node 2 tests/distributed_worker.py OUT [--fsdp]   # 2 ranks x 2 groups
 
-Each rank writes its rows' advantages keyed by (group, member, step) to OUT/rows_<rank>.json; the agent after the
-update is saved to OUT/agent (under FSDP: gathered from the shards).
+The update runs with the default settings (several epochs, several minibatches of ``minibatch_size`` actions).
+Each rank writes its rows' advantages keyed by (iteration, group, member, step) to OUT/rows_<rank>.json; the agent
+after the second update is saved to OUT/agent (under FSDP: gathered from the shards).
 """
 
 from __future__ import annotations
@@ -20,11 +21,23 @@ from agents import GAGPOAgent  # noqa: E402
 
 def main(out: Path, fsdp: bool) -> None:
     agent = GAGPOAgent(
-        "gagpo_gym/FrozenLake-v0", num_groups=4, group_size=3, n_epochs=1, minibatch_size=4096, token_budget=2048,
-        tiny_hidden_size=32, history_length=1, learning_rate=1e-2, ent_coef=0.01, normalize="batch",
-        env_kwargs={"max_episode_steps": 6}, torch_threads=1, verbose=0, seed=11, fsdp=fsdp,
+        "gagpo_gym/FrozenLake-v0", num_groups=4, group_size=4, token_budget=2048, tiny_hidden_size=32,
+        history_length=1, learning_rate=1e-2, ent_coef=0.01, normalize="batch", env_kwargs={"max_episode_steps": 8},
+        torch_threads=1, verbose=0, seed=11, fsdp=fsdp,
     )  # fmt: skip
-    agent.learn(1)
+    rows: dict[str, float] = {}
+    for iteration in range(2):  # the second rollout is played by the updated policy
+        agent.learn(1, reset_num_timesteps=iteration == 0)
+        rows |= {f"{iteration}/{key}": a for key, a in advantages(agent).items()}
+    out.mkdir(parents=True, exist_ok=True)
+    c = agent.config
+    summary = {"rows": rows, "steps": agent.num_timesteps, "minibatch_size": c.minibatch_size, "n_epochs": c.n_epochs}
+    (out / f"rows_{agent.dist.rank}.json").write_text(json.dumps(summary))
+    agent.save(out / "agent")
+
+
+def advantages(agent: GAGPOAgent) -> dict[str, float]:
+    """The last rollout's advantages keyed by (group, member, step)."""
     rows: dict[str, float] = {}
     members: dict[int, list[int]] = {}
     for r in agent.buffer.rows:
@@ -37,9 +50,7 @@ def main(out: Path, fsdp: bool) -> None:
         t = steps.get((r.group, member), 0)
         steps[(r.group, member)] = t + 1
         rows[f"{r.group}/{member}/{t}"] = r.advantage
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"rows_{agent.dist.rank}.json").write_text(json.dumps({"rows": rows, "steps": agent.num_timesteps}))
-    agent.save(out / "agent")
+    return rows
 
 
 if __name__ == "__main__":

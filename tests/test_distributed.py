@@ -45,8 +45,10 @@ def test_two_processes_equal_one_process(tmp_path: Path, engine: str) -> None:
     )
     assert single.keys() == split.keys()  # together, exactly the single process's tasks and steps
     assert max(abs(single[k] - split[k]) for k in single) < 1e-9  # batch-normalised advantages, reduced exactly
-    steps = {json.loads(f.read_text())["steps"] for f in [*one.glob("rows_*"), *two.glob("rows_*")]}
-    assert steps == {len(single)}  # num_timesteps counts every rank's steps
+    summaries = [json.loads(f.read_text()) for f in [*one.glob("rows_*"), *two.glob("rows_*")]]
+    assert {s["steps"] for s in summaries} == {len(single)}  # num_timesteps counts every rank's steps
+    # The defaults: several epochs of several minibatches, where the split over ranks must not change the steps.
+    assert summaries[0]["n_epochs"] > 1 and sum(k.startswith("1/") for k in single) > summaries[0]["minibatch_size"]
     a, b = (load_file(d / "agent" / "model" / "model.safetensors") for d in (one, two))
     assert a.keys() == b.keys()
     diff = max(float((a[k] - b[k]).abs().max()) for k in a)
