@@ -19,6 +19,7 @@ import tempfile
 import time
 import warnings
 import zipfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +39,7 @@ from agents.models import Models, build_models
 from agents.policy import PolicyCore, budget_batches
 from agents.tiny import collect_env_text
 from agents.warm_start import prior_defaults, read_prior
-from wrappers import GroupedVectorEnv, PromptBuilder
+from wrappers import GroupedVectorEnv, PromptBuilder, extract_action
 
 AGENT_FILE = "agent.json"
 MANIFEST_FILE = "manifest.json"
@@ -243,24 +244,63 @@ class GAGPOAgent:
         return None
 
     # ----- acting ---------------------------------------------------------------------------------------
-    def _prompt(self, obs: str, info: dict[str, Any]) -> list[int]:
-        return self.prompts.build(
-            info.get("task", ""), info.get("history", []), obs, info.get("admissible_actions", [])
-        )
+    def _prompt(self, obs: str, info: dict[str, Any], history: list | None = None) -> list[int]:
+        history = info.get("history", []) if history is None else history
+        return self.prompts.build(info.get("task", ""), history, obs, info.get("admissible_actions", []))
 
-    def predict(self, observation: str | list[str], info: dict | list[dict], deterministic: bool = False):
-        """One action string for one observation (with its info), or a list for a batch."""
+    def predict(
+        self,
+        observation: str | list[str],
+        info: dict | list[dict],
+        state: list | None = None,
+        episode_start: bool | Sequence[bool] | None = None,
+        deterministic: bool = False,
+    ) -> tuple[str, list] | tuple[list[str], list[list]]:
+        """The command to play for an observation (with its info), and the memory to pass back next step.
+
+        As SB3's recurrent policies: ``action, state = agent.predict(obs, info, state=state,
+        episode_start=start)`` in a plain Gymnasium loop plays with the history the agent trained with (its last
+        ``history_length`` observation/command pairs); ``episode_start`` True forgets it. A list of observations
+        (and infos) plays a batch: ``state`` and ``episode_start`` then hold one entry per env. Without ``state``
+        the history comes from ``info["history"]`` where the agent's own wrappers set it. The action is the
+        command for the env: in generate mode the text inside ``<action>...</action>``, ``""`` when the model
+        gave none (the env's invalid path).
+        """
         single = isinstance(observation, str)
         obs_list = [observation] if single else list(observation)
         info_list = [info] if single else list(info)
         if len(obs_list) != len(info_list):
             raise ValueError("predict needs one info per observation")
-        prompts = [self._prompt(o, i) for o, i in zip(obs_list, info_list)]
-        admissible = [list(i.get("admissible_actions", [])) for i in info_list]
+        histories = self._histories(len(obs_list), info_list, state, episode_start, single)
+        texts = self._act(obs_list, info_list, histories, deterministic)
+        commands = [extract_action(t, tagged=self.config.action_mode == "generate") or "" for t in texts]
+        k = self.config.history_length
+        memory = [(h + [[o, a]])[-k:] if k else [] for h, o, a in zip(histories, obs_list, commands)]
+        return (commands[0], memory[0]) if single else (commands, memory)
+
+    def _histories(self, n: int, infos: list[dict], state, episode_start, single: bool) -> list[list]:
+        """Each env's history for :meth:`predict`: its state unless its episode starts, else the wrappers'."""
+        if state is None:
+            if episode_start is None and self.config.history_length and "history" not in infos[0]:
+                warnings.warn(
+                    "predict() without state= plays every step without history; pass the state it returns "
+                    "back (and episode_start) to play with the history the agent trained with",
+                    stacklevel=3,
+                )
+            return [list(i.get("history", [])) for i in infos]
+        states = [state] if single else list(state)
+        starts = np.broadcast_to(np.asarray(False if episode_start is None else episode_start, dtype=bool), (n,))
+        if len(states) != n:
+            raise ValueError(f"predict got {n} observations and {len(states)} states")
+        return [[] if start else list(h) for h, start in zip(states, starts)]
+
+    def _act(self, obs: list[str], infos: list[dict], histories: list[list], deterministic: bool) -> list[str]:
+        """The model's texts (generate mode: the whole response) for a batch of observations."""
+        prompts = [self._prompt(o, i, h) for o, i, h in zip(obs, infos, histories)]
+        admissible = [list(i.get("admissible_actions", [])) for i in infos]
         self.policy.eval()
         with self.dist.full_params():
-            texts = self.policy.act(prompts, admissible, rng=self.rng, deterministic=deterministic).texts
-        return texts[0] if single else texts
+            return self.policy.act(prompts, admissible, rng=self.rng, deterministic=deterministic).texts
 
     # ----- rollouts -------------------------------------------------------------------------------------
     def collect_rollouts(self, callback: BaseCallback) -> bool:
@@ -651,7 +691,7 @@ class GAGPOAgent:
         wrappers = self.env_wrappers if env is None else []
         factory = functools.partial(make_env, env_id, kwargs, self._wrap_kwargs(), wrappers)
         return run_panel(
-            lambda o, i, venv, idx: self.predict(o, i, deterministic=deterministic),
+            lambda o, i, venv, idx: self._act(o, i, [x.get("history", []) for x in i], deterministic),
             factory, n_tasks, batch_size=batch_size, seed_offset=seed_offset, episodes=episodes,
         )  # fmt: skip
 

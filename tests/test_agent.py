@@ -369,8 +369,8 @@ def test_deterministic_act_picks_the_argmax(agent: GAGPOAgent) -> None:
         scores = np.array(duplicated_scores(policy, p, [policy.action_tokens(a) for a in acts]))
         mean = scores / np.array([len(policy.action_tokens(a)) for a in acts])
         assert chosen == int(np.argmax(mean)) and text == acts[chosen]
-    assert agent.predict(obs, infos, deterministic=True) == picks[0].texts
-    assert agent.predict(obs[0], infos[0], deterministic=True) == picks[0].texts[0]  # one in, one out
+    assert agent.predict(obs, infos, deterministic=True)[0] == picks[0].texts
+    assert agent.predict(obs[0], infos[0], deterministic=True)[0] == picks[0].texts[0]  # one in, one out
 
 
 # ----- the loss -----------------------------------------------------------------------------------------
