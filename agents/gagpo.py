@@ -10,15 +10,13 @@ clipped-PPO update, log, call callbacks. SB3's logger and callbacks are reused u
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
-import hashlib
 import json
 import os
 import sys
-import tempfile
 import time
 import warnings
-import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -29,20 +27,19 @@ import torch
 from stable_baselines3.common.callbacks import BaseCallback, CallbackList, ProgressBarCallback
 from stable_baselines3.common.logger import HumanOutputFormat, Logger, make_output_format
 
+from agents import checkpoint
 from agents.buffer import GroupRolloutBuffer, Row
 from agents.callbacks import OneLineOutput, StepProgressBar, step_accurate
+from agents.checkpoint import AGENT_FILE
 from agents.config import GAGPOConfig
 from agents.distributed import Distributed
 from agents.evaluation import info_at, make_env, run_panel
 from agents.loss import clipped_policy_loss, k3_kl
-from agents.models import Models, build_models
+from agents.models import REFERENCE_FILE, Models, ModelSource, Restore, build_models
 from agents.policy import PolicyCore, budget_batches
 from agents.tiny import collect_env_text
 from agents.warm_start import prior_defaults, read_prior
 from wrappers import GroupedVectorEnv, PromptBuilder, extract_action
-
-AGENT_FILE = "agent.json"
-MANIFEST_FILE = "manifest.json"
 
 
 def _env_source(env: Any) -> tuple[str, dict[str, Any], list[tuple[str, dict[str, Any]]]]:
@@ -71,14 +68,6 @@ def _env_source(env: Any) -> tuple[str, dict[str, Any], list[tuple[str, dict[str
         kwargs["max_episode_steps"] = spec.max_episode_steps
     wrappers = [(w.entry_point, dict(w.kwargs or {})) for w in spec.additional_wrappers]
     return spec.id, kwargs, wrappers
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 @contextlib.contextmanager
@@ -122,7 +111,7 @@ class GAGPOAgent:
         verbose: int = 1,
         log_dir: str | None = None,
         seed: int | None = None,
-        _checkpoint: Path | None = None,
+        _restore: Restore | None = None,
         _env_wrappers: list | None = None,
         **hyperparameters: Any,
     ) -> None:
@@ -130,11 +119,12 @@ class GAGPOAgent:
             hyperparameters["seed"] = seed
         self.model_source = model
         # A warm-started tiny model (agents.warm_start) fine-tunes with the prior's fine-tuning and prompt settings,
-        # unless given others.
-        prior = read_prior(model) if model != "tiny" else None
+        # unless given others (a restored agent's saved config holds them).
+        prior = read_prior(model) if model != "tiny" and _restore is None else None
         for key, value in (prior_defaults(prior) if prior else {}).items():
             hyperparameters.setdefault(key, value)
-        self.tiny = model == "tiny" or prior is not None
+        kind = _restore.source.kind if _restore else "tiny" if model == "tiny" else "prior" if prior else "pretrained"
+        self.tiny = kind != "pretrained"
         self.config = GAGPOConfig.from_dict({"estimator": estimator, **hyperparameters}).resolved(self.tiny)
         c = self.config
         if c.backend == "vllm" and c.action_mode == "choose":
@@ -179,8 +169,11 @@ class GAGPOAgent:
                 functools.partial(make_env, self.env_id, self.env_kwargs, None, self.env_wrappers),
                 seed=c.seed,
             )
-        with _quiet_hub() if _checkpoint is not None or prior is not None else contextlib.nullcontext():
-            models: Models = build_models(c, model, corpus=corpus, checkpoint=_checkpoint, device=self.dist.device)
+        with _quiet_hub() if _restore is not None or prior is not None else contextlib.nullcontext():
+            models: Models = build_models(c, model, corpus=corpus, restore=_restore, device=self.dist.device)
+        # What a checkpoint may have to read back from the source: a LoRA base, or a pretrained model's KL reference.
+        needed = c.lora_r > 0 or c.kl_coef > 0
+        self.source = _restore.moved() if _restore else ModelSource.of(model, kind, needed=needed)
         self.policy, self.reference = models.policy, models.reference
         self.reference_core = PolicyCore(self.reference) if self.reference is not None else None
         self.precision = self.policy.precision
@@ -714,30 +707,23 @@ class GAGPOAgent:
         """A folder: model + tokenizer (safetensors, fp32 master weights), value head, optimizer and RNG state,
         config and counters as JSON, and a manifest of every file's SHA-256 that :meth:`load` checks.
 
-        A path ending in ``.zip`` (as SB3's CheckpointCallback names them) gets that folder as a zip file.
+        The folder loads from itself alone, wherever it is moved: a tiny or prior agent with ``kl_coef > 0`` also
+        stores its KL reference; a pretrained one records its source's path and fingerprint, checked when the
+        reference (or a LoRA base) is read back. A save is all-or-nothing: it is written beside ``path`` and takes
+        its name when complete, replacing what was there. A path ending in ``.zip`` (as SB3's CheckpointCallback
+        names them) gets that folder as a zip file.
         """
         path = Path(path)
         # Under FSDP every rank takes part in gathering the full weights and optimiser state; one rank writes.
         core_state = self.dist.model_state(self.policy.core)
         optimizer_state = self.dist.optimizer_state(self.policy.core, self.optimizer)
         if self.dist.is_main:
-            if path.suffix == ".zip":
-                with tempfile.TemporaryDirectory() as tmp:
-                    folder = Path(tmp) / "agent"
-                    self._save_folder(folder, core_state, optimizer_state)
-                    path.parent.mkdir(parents=True, exist_ok=True)
-                    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as archive:
-                        for file in sorted(folder.rglob("*")):
-                            if file.is_file():
-                                archive.write(file, file.relative_to(folder))
-            else:
-                self._save_folder(path, core_state, optimizer_state)
+            checkpoint.save_atomically(path, lambda folder: self._save_folder(folder, core_state, optimizer_state))
         self.dist.barrier()
 
     def _save_folder(self, path: Path, core_state: dict | None, optimizer_state: dict) -> None:
-        from safetensors.torch import save_file
+        from safetensors.torch import save_file, save_model
 
-        path.mkdir(parents=True, exist_ok=True)
         if core_state is None:  # not sharded: the module's own tensors
             core_state = {f"model.{k}": v for k, v in self.policy.model.state_dict().items()}
             if self.policy.value_head is not None:
@@ -752,12 +738,15 @@ class GAGPOAgent:
             self.policy.tokenizer.save_pretrained(path / "model")
         if self.policy.value_head is not None:
             save_file({k: v.contiguous() for k, v in part["value_head"].items()}, path / "value_head.safetensors")
+        if self.reference is not None and self.source.kind != "pretrained":
+            save_model(self.reference, str(path / REFERENCE_FILE))
         torch.save(optimizer_state, path / "optimizer.pt")
         boundary = self._boundary
         save_file({"torch": boundary["torch_rng"]}, path / "rng.safetensors")
         meta = {
             "config": self.config.to_dict(),
             "model_source": self.model_source,
+            "model": dataclasses.asdict(self.source),
             "env_id": self.env_id,
             "env_kwargs": self.env_kwargs,
             "env_wrappers": self.env_wrappers,
@@ -767,24 +756,12 @@ class GAGPOAgent:
             "optimizer_format": "names" if self.dist.sharded else "indices",
         }
         (path / AGENT_FILE).write_text(json.dumps(meta, indent=2))
-        files = sorted(p for p in path.rglob("*") if p.is_file() and p.name != MANIFEST_FILE)
-        manifest = {str(p.relative_to(path)): _sha256(p) for p in files}
-        (path / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2))
 
     @staticmethod
     def verify_checkpoint(path: str | os.PathLike) -> None:
-        """Raise one clear error naming the first missing or altered file of a saved agent."""
-        path = Path(path)
-        if not (path / AGENT_FILE).is_file():
-            raise FileNotFoundError(f"no saved agent at {path} (missing {AGENT_FILE})")
-        if not (path / MANIFEST_FILE).is_file():
-            raise FileNotFoundError(f"saved agent at {path} has no {MANIFEST_FILE}: cannot check its files")
-        for name, digest in json.loads((path / MANIFEST_FILE).read_text()).items():
-            file = path / name
-            if not file.is_file():
-                raise FileNotFoundError(f"saved agent at {path} is missing {name}")
-            if _sha256(file) != digest:
-                raise ValueError(f"saved agent at {path}: {name} was altered (checksum mismatch)")
+        """Raise one clear error naming the first missing, altered or unreadable file of a saved agent."""
+        with checkpoint.opened(Path(path)) as folder:
+            checkpoint.verify(folder)
 
     @classmethod
     def load(
@@ -792,6 +769,7 @@ class GAGPOAgent:
         path: str | os.PathLike,
         env: Any = None,
         *,
+        model: str | None = None,
         verbose: int = 1,
         log_dir: str | None = None,
         **overrides: Any,
@@ -800,25 +778,23 @@ class GAGPOAgent:
 
         Every file is checked against the manifest first. ``env`` replaces the saved env id; ``overrides``
         replace saved hyperparameters. The KL reference is the initial policy again, not the saved weights.
+        ``model`` points at a copy of a pretrained source that moved (for its LoRA base or KL reference): it must
+        have the recorded fingerprint. Nothing is downloaded.
         """
-        path = Path(path)
-        if path.is_file() and zipfile.is_zipfile(path):
-            with tempfile.TemporaryDirectory() as tmp, zipfile.ZipFile(path) as archive:
-                for name in archive.namelist():
-                    if Path(name).is_absolute() or ".." in Path(name).parts:
-                        raise ValueError(f"saved agent {path}: unsafe file name {name!r} in the archive")
-                archive.extractall(tmp)
-                return cls.load(tmp, env, verbose=verbose, log_dir=log_dir, **overrides)
-        return cls._load_folder(path, env, verbose=verbose, log_dir=log_dir, **overrides)
+        with checkpoint.opened(Path(path)) as folder:
+            return cls._load_folder(folder, env, model=model, verbose=verbose, log_dir=log_dir, **overrides)
 
     @classmethod
-    def _load_folder(cls, path: Path, env: Any, *, verbose: int, log_dir: str | None, **overrides: Any) -> GAGPOAgent:
+    def _load_folder(
+        cls, path: Path, env: Any, *, model: str | None, verbose: int, log_dir: str | None, **overrides: Any
+    ) -> GAGPOAgent:
         from safetensors.torch import load_file
 
-        cls.verify_checkpoint(path)
+        checkpoint.verify(path)
         meta = json.loads((path / AGENT_FILE).read_text())
         values = {**meta["config"], **overrides}
         hyper = {k: v for k, v in values.items() if k != "estimator"}
+        source = ModelSource.from_record(meta.get("model", meta["model_source"]), path)
         agent = cls(
             env if env is not None else meta["env_id"],
             model=meta["model_source"],
@@ -827,7 +803,7 @@ class GAGPOAgent:
             _env_wrappers=meta.get("env_wrappers") if env is None else None,
             verbose=verbose,
             log_dir=log_dir,
-            _checkpoint=path,
+            _restore=Restore(path, source, model),
             **hyper,
         )
         if agent.policy.value_head is not None:

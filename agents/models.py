@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
+import hashlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -99,10 +101,99 @@ def check_model_source(source: str) -> None:
         raise FileNotFoundError(f"model folder {source!r} does not exist")
 
 
-def load_causal_lm(source: str | Path, dtype: torch.dtype, device: torch.device) -> nn.Module:
+def load_causal_lm(
+    source: str | Path, dtype: torch.dtype, device: torch.device, *, local_files_only: bool = False
+) -> nn.Module:
     from transformers import AutoModelForCausalLM
 
-    return AutoModelForCausalLM.from_pretrained(source, dtype=dtype).to(device)
+    return AutoModelForCausalLM.from_pretrained(source, dtype=dtype, local_files_only=local_files_only).to(device)
+
+
+#: Files whose bytes decide a model: its weights and its config (tokenizers travel with every saved agent).
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
+
+
+def local_folder(source: str) -> Path:
+    """The folder a model source reads from: itself, or a hub id's copy in the local cache (never the network)."""
+    path = Path(source).expanduser()
+    if path.is_dir():
+        return path.resolve()
+    check_model_source(source)
+    from huggingface_hub import snapshot_download
+
+    try:
+        return Path(snapshot_download(source, local_files_only=True))
+    except Exception as err:  # huggingface_hub raises several kinds for "not cached"
+        raise FileNotFoundError(f"model {source!r} is neither a folder here nor in the local hub cache") from err
+
+
+def fingerprint(source: str) -> str:
+    """SHA-256 over a model source's weight files and config.json: the same bytes whatever dtype loads them."""
+    from agents.checkpoint import sha256_file
+
+    folder = local_folder(source)
+    files = sorted(f for f in folder.iterdir() if f.suffix in WEIGHT_SUFFIXES or f.name == "config.json")
+    digest = hashlib.sha256()
+    for file in files:
+        digest.update(f"{file.name}\0{sha256_file(file)}\n".encode())
+    return digest.hexdigest()
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """Where an agent's initial policy came from, as its checkpoint records it (``agent.json``'s ``"model"``).
+
+    ``kind``: ``"tiny"`` (built from a config), ``"prior"`` (a warm-start folder) or ``"pretrained"``. A saved
+    agent holds its full weights (or its LoRA adapter) and its tokenizer; what it may still need from the source is
+    the KL reference (a tiny or prior agent stores that too: a few MB) and a LoRA base. For those a pretrained
+    source is recorded by absolute path and fingerprint, and loading refuses any other bytes under that name.
+    """
+
+    name: str
+    kind: str
+    path: str | None = None  # absolute folder of a local source
+    sha256: str | None = None  # fingerprint(), where a reference or LoRA base must be read back from the source
+
+    @classmethod
+    def of(cls, name: str, kind: str, *, needed: bool) -> ModelSource:
+        """The record of a source given at construction; ``needed``: a checkpoint will have to read it back."""
+        if kind != "pretrained" or not needed:  # a tiny or prior agent stores its reference itself
+            return cls(name, kind)
+        folder = Path(name).expanduser()
+        return cls(name, kind, str(folder.resolve()) if folder.is_dir() else None, fingerprint(name))
+
+    @classmethod
+    def from_record(cls, record: dict | str, checkpoint: Path) -> ModelSource:
+        """From ``agent.json``; checkpoints written before the record kept only the name (``model_source``)."""
+        if isinstance(record, dict):
+            return cls(**record)
+        if record == "tiny":
+            return cls(record, "tiny")
+        # A folder written by this library's tiny model keeps its generic tokenizer class: a warm-start prior.
+        config = checkpoint / "model" / "tokenizer_config.json"
+        generic = config.is_file() and json.loads(config.read_text()).get("tokenizer_class") in GENERIC_TOKENIZERS
+        return cls(record, "prior" if generic else "pretrained")
+
+    def locate(self, purpose: str, override: str | None = None) -> str:
+        """Where to read the source back for ``purpose`` (``override``, else where it was), checked against the
+        fingerprint; never from the network."""
+        where = override or self.path or self.name
+        if self.sha256 is None:  # an old checkpoint: nothing recorded to check against
+            check_model_source(where)
+            return where
+        try:
+            found = fingerprint(where)
+        except FileNotFoundError as err:
+            raise FileNotFoundError(
+                f"this agent needs its source model {self.name!r} (sha256 {self.sha256[:12]}...) as its {purpose}, "
+                f"and {where!r} is not there: pass load(..., model=PATH) to a copy of it"
+            ) from err
+        if found != self.sha256:
+            raise ValueError(
+                f"{where!r} is not the model this agent was trained from: its weights' sha256 is {found[:12]}..., "
+                f"the agent's source {self.name!r} had {self.sha256[:12]}...; pass load(..., model=PATH) to that model"
+            )
+        return where
 
 
 def add_lora(model: nn.Module, r: int, alpha: int) -> nn.Module:
@@ -155,14 +246,15 @@ def build_models(
     source: str,
     *,
     corpus: Callable[[], list[str]] | None = None,
-    checkpoint: Path | None = None,
+    restore: Restore | None = None,
     device: torch.device | None = None,
 ) -> Models:
     """The policy (and KL reference) for a resolved :class:`~agents.config.GAGPOConfig`.
 
     ``source`` is ``"tiny"`` (needs ``corpus``, the env text its tokenizer is trained on) or a checkpoint path or
-    hub id. ``checkpoint`` is a saved agent's folder: its weights replace the source's, while the KL reference
-    stays the source's initial policy. ``device`` overrides the config's (each rank of a launch its own).
+    hub id. ``restore`` is a saved agent's folder and source record: its weights and tokenizer replace the
+    source's, while the KL reference stays the initial policy (stored in the folder, or read back from the verified
+    source); a LoRA adapter goes on the verified base. ``device`` overrides the config's (each rank its own).
     """
     from agents.policy import LLMPolicy
     from agents.tiny import build_tiny_model, train_tokenizer
@@ -170,25 +262,27 @@ def build_models(
     c = config
     device = device or resolve_device(c.device)
     precision = Precision(device, resolve_dtype(c.dtype, device))
-    saved = checkpoint / "model" if checkpoint is not None else None
-    tiny = source == "tiny"
-    if tiny:
-        if saved is not None:
-            tokenizer = load_tokenizer(saved)
-            model = load_causal_lm(saved, torch.float32, device)
+    if restore is not None:
+        saved = restore.folder / "model"
+        tokenizer = load_tokenizer(saved)
+        if c.lora_r > 0:
+            base_source = restore.source.locate("LoRA base", restore.model)
+            base = load_causal_lm(base_source, precision.compute_dtype, device, local_files_only=True)
+            model = load_lora(base, saved)
         else:
-            if corpus is None:
-                raise ValueError("model='tiny' trains its tokenizer on env text: pass an env id or a made env")
-            tokenizer = train_tokenizer(corpus(), c.tiny_vocab_size)
-            model = build_tiny_model(tokenizer, tiny_spec(c), seed=c.seed).to(device)
+            model = load_causal_lm(saved, torch.float32, device)
+    elif source == "tiny":
+        if corpus is None:
+            raise ValueError("model='tiny' trains its tokenizer on env text: pass an env id or a made env")
+        tokenizer = train_tokenizer(corpus(), c.tiny_vocab_size)
+        model = build_tiny_model(tokenizer, tiny_spec(c), seed=c.seed).to(device)
     else:
         check_model_source(source)
-        tokenizer = load_tokenizer(saved or source)
+        tokenizer = load_tokenizer(source)
         if c.lora_r > 0:
-            base = load_causal_lm(source, precision.compute_dtype, device)
-            model = load_lora(base, saved) if saved is not None else add_lora(base, c.lora_r, c.lora_alpha)
+            model = add_lora(load_causal_lm(source, precision.compute_dtype, device), c.lora_r, c.lora_alpha)
         else:
-            model = load_causal_lm(saved or source, torch.float32, device)
+            model = load_causal_lm(source, torch.float32, device)
     if c.gradient_checkpointing:
         enable_gradient_checkpointing(model)
     backend = None
@@ -206,14 +300,39 @@ def build_models(
     )  # fmt: skip
     reference = None
     if c.kl_coef > 0 and c.lora_r == 0:
-        if saved is None:
-            initial = model
-        elif tiny:  # the initial tiny model is a function of (tokenizer, shape, seed): rebuild it
+        stored = restore.folder / REFERENCE_FILE if restore is not None else None
+        if stored is None or stored.is_file():
+            initial = model  # a restored agent's stored reference replaces these weights below
+        elif restore.source.kind == "tiny":  # saved before references were stored: rebuild it from the seed
             initial = build_tiny_model(tokenizer, tiny_spec(c), seed=c.seed).to(device)
         else:
-            initial = load_causal_lm(source, precision.compute_dtype, device)
+            where = restore.source.locate("KL reference", restore.model)
+            initial = load_causal_lm(where, precision.compute_dtype, device, local_files_only=True)
         reference = frozen_copy(initial, precision.compute_dtype)
+        if stored is not None and stored.is_file():
+            from safetensors.torch import load_model
+
+            load_model(reference, stored, device=str(device))
     return Models(policy, reference)
+
+
+#: The KL reference's weights inside a saved tiny or prior agent (a pretrained one records its source instead).
+REFERENCE_FILE = "reference.safetensors"
+
+
+@dataclass(frozen=True)
+class Restore:
+    """A saved agent to rebuild: its folder, the record of its source, and where to find that source instead."""
+
+    folder: Path
+    source: ModelSource
+    model: str | None = None  # load(..., model=PATH): the source's copy, verified against its fingerprint
+
+    def moved(self) -> ModelSource:
+        """The source record a re-save keeps: pointing at ``model`` where the source was found there."""
+        if self.model is None or not Path(self.model).expanduser().is_dir():
+            return self.source
+        return dataclasses.replace(self.source, path=str(Path(self.model).expanduser().resolve()))
 
 
 def tiny_spec(config: Any):

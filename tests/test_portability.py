@@ -4,14 +4,23 @@ and a saved agent loads from its folder alone, wherever it is, with the KL refer
 from __future__ import annotations
 
 import contextlib
+import json
+import shutil
+import tempfile
 import warnings
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
 import pytest
+import torch
+from agent_helpers import save_tiny_checkpoint
+from safetensors.torch import load_file, save_file
 
 import gagpo_gym  # noqa: F401  (registers the envs)
 from agents import GAGPOAgent
+from agents.models import REFERENCE_FILE
+from agents.warm_start import warm_start
 
 MAZE = "gagpo_gym/Maze-v0"
 MAZE_KWARGS = {"max_episode_steps": 12}
@@ -104,3 +113,162 @@ def test_batched_predict_keeps_one_history_per_env(maze_agent: GAGPOAgent) -> No
     assert maze_agent.predict(obs2, infos2, state=state, deterministic=True)[0] == one
     with pytest.raises(ValueError, match="3 observations and 2 states"):
         maze_agent.predict(obs2, infos2, state=state[:2])
+
+
+# ----- a saved agent loads from its folder alone -------------------------------------------------------------
+ROOT = Path(__file__).resolve().parents[1]
+ENV = "gagpo_gym/FrozenLake-v0"
+QUICK: dict[str, Any] = {
+    "num_groups": 2, "group_size": 2, "minibatch_size": 8, "torch_threads": 1, "verbose": 0,
+    "env_kwargs": {"max_episode_steps": 4}, "ent_coef": 0.05,
+}  # fmt: skip
+TINY_MAZE = {"width": 3, "height": 3, "rooms": 0, "loops": 1, "min_path": 2, "max_path": 3, "max_episode_steps": 10}
+
+
+def reference_state(agent: GAGPOAgent) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in agent.reference.state_dict().items()}
+
+
+def same_tensors(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.parametrize("saved", sorted(p.parent.relative_to(ROOT) for p in (ROOT / "results").rglob("agent.json")))
+def test_every_committed_agent_loads_from_a_copy_outside_the_repo_and_plays(
+    saved: Path, tmp_path: Path, monkeypatch
+) -> None:
+    copy = shutil.copytree(ROOT / saved, tmp_path / "elsewhere" / saved.name)
+    monkeypatch.chdir(tmp_path)  # nothing of the repo is reachable by a relative path
+    agent = GAGPOAgent.load(copy, verbose=0)
+    weights = load_file(ROOT / saved / "model" / "model.safetensors")
+    assert same_tensors({k: v for k, v in agent.policy.model.state_dict().items() if k in weights}, weights)
+    played = agent.evaluate(n_tasks=1, episodes=True)["episodes"][0]
+    assert played["length"] > 0 and played["invalid"] == 0  # choose mode: every action admissible
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory) -> Path:
+    """A 'pretrained' model folder: the tiny model written with save_pretrained."""
+    return save_tiny_checkpoint(tmp_path_factory.mktemp("src") / "model", ENV, **QUICK)
+
+
+def trained_from(model: str, folder: Path, **config: Any) -> tuple[GAGPOAgent, Path]:
+    agent = GAGPOAgent(ENV, model=model, seed=2, **{**QUICK, **config})
+    agent.learn(8)
+    agent.save(folder)
+    return agent, folder
+
+
+def test_a_pretrained_kl_reference_is_verified_and_can_be_pointed_at(source: Path, tmp_path: Path, monkeypatch) -> None:
+    src = shutil.copytree(source, tmp_path / "work" / "src")
+    monkeypatch.chdir(tmp_path / "work")
+    agent, saved = trained_from("src", tmp_path / "agent", kl_coef=0.05, action_mode="choose")  # a relative path
+    reference = reference_state(agent)
+    monkeypatch.chdir(tmp_path)  # elsewhere: "src" would now name nothing
+    assert same_tensors(reference_state(GAGPOAgent.load(saved, verbose=0)), reference)
+    # The source changes under the same name: refused, naming both fingerprints.
+    weights = load_file(src / "model.safetensors")
+    save_file({k: v + 0.5 for k, v in weights.items()}, src / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(ValueError, match="is not the model this agent was trained from"):
+        GAGPOAgent.load(saved, verbose=0)
+    # It moves: refused, saying how to point at it; pointed at, the reference is the original again.
+    save_file(weights, src / "model.safetensors", metadata={"format": "pt"})
+    moved = shutil.move(src, tmp_path / "moved")
+    with pytest.raises(FileNotFoundError, match=r"KL reference.*load\(\.\.\., model=PATH\)"):
+        GAGPOAgent.load(saved, verbose=0)
+    loaded = GAGPOAgent.load(saved, model=str(moved), verbose=0)
+    assert same_tensors(reference_state(loaded), reference)
+    loaded.save(tmp_path / "again")  # a re-save remembers where the source is now
+    assert json.loads((tmp_path / "again" / "agent.json").read_text())["model"]["path"] == str(Path(moved).resolve())
+    # Without a KL term nothing of the source is needed.
+    plain, plain_saved = trained_from(str(moved), tmp_path / "plain", kl_coef=0.0, action_mode="choose")
+    shutil.rmtree(moved)
+    assert GAGPOAgent.load(plain_saved, verbose=0).predict("x", {"admissible_actions": ["a", "b"]}, state=[])[0] in "ab"
+
+
+def test_a_lora_base_is_verified_and_can_be_pointed_at(source: Path, tmp_path: Path) -> None:
+    base = shutil.copytree(source, tmp_path / "base")
+    agent, saved = trained_from(str(base), tmp_path / "lora", lora_r=4, action_mode="choose")
+    obs, info = "You are at the start.", {"admissible_actions": ["go left", "go right", "go up"]}
+    expected = agent.predict(obs, info, state=[], deterministic=True)
+    moved = shutil.move(base, tmp_path / "base-moved")
+    with pytest.raises(FileNotFoundError, match=r"LoRA base.*model=PATH"):
+        GAGPOAgent.load(saved, verbose=0)
+    assert (
+        GAGPOAgent.load(saved, model=str(moved), verbose=0).predict(obs, info, state=[], deterministic=True) == expected
+    )
+
+
+def test_a_prior_agent_stores_its_reference_and_needs_no_prior_folder(tmp_path: Path) -> None:
+    prior = tmp_path / "prior"
+    warm_start(MAZE, prior, env_kwargs=TINY_MAZE, episodes=6, epochs=1, batch_size=16, seed=0, verbose=0,
+               tiny_hidden_size=32, torch_threads=1, task_pool=8)  # fmt: skip
+    agent = GAGPOAgent(MAZE, str(prior), env_kwargs=TINY_MAZE, kl_coef=0.05, num_groups=2, group_size=2,
+                       torch_threads=1, verbose=0)  # fmt: skip
+    agent.learn(10)
+    agent.save(tmp_path / "agent")
+    reference = reference_state(agent)
+    shutil.rmtree(prior)
+    loaded = GAGPOAgent.load(tmp_path / "agent", verbose=0)
+    assert loaded.tiny and loaded.config == agent.config and same_tensors(reference_state(loaded), reference)
+    loaded.learn(10, reset_num_timesteps=False)  # fine-tunes on against the same reference
+
+
+def test_a_tiny_agent_stores_its_reference() -> None:
+    agent = GAGPOAgent(ENV, kl_coef=0.05, tiny_hidden_size=32, **QUICK)
+    agent.learn(8)
+    with tempfile.TemporaryDirectory() as tmp:
+        agent.save(Path(tmp) / "agent")
+        assert (Path(tmp) / "agent" / REFERENCE_FILE).is_file()
+        assert same_tensors(reference_state(GAGPOAgent.load(Path(tmp) / "agent", verbose=0)), reference_state(agent))
+
+
+# ----- a save is all-or-nothing ----------------------------------------------------------------------------------
+def test_an_interrupted_save_leaves_the_previous_checkpoint_whole(tmp_path: Path, monkeypatch) -> None:
+    agent = GAGPOAgent(ENV, tiny_hidden_size=32, seed=1, **QUICK)
+    agent.learn(8)
+    path = tmp_path / "agent"
+    agent.save(path)
+    before = (path / "model" / "model.safetensors").read_bytes()
+    agent.learn(8, reset_num_timesteps=False)
+    real_save = torch.save
+
+    def dies_midway(obj, f, *args, **kwargs):
+        real_save(obj, f, *args, **kwargs)
+        Path(f).write_bytes(Path(f).read_bytes()[:100])
+        raise KeyboardInterrupt  # interrupted inside the optimizer write
+
+    monkeypatch.setattr(torch, "save", dies_midway)
+    with pytest.raises(KeyboardInterrupt):
+        agent.save(path)
+    monkeypatch.setattr(torch, "save", real_save)
+    assert (path / "model" / "model.safetensors").read_bytes() == before
+    assert GAGPOAgent.load(path, verbose=0).num_timesteps < agent.num_timesteps  # the previous save, whole
+    assert [p.name for p in tmp_path.iterdir()] == ["agent"]  # nothing left beside it
+    agent.save(path)
+    assert GAGPOAgent.load(path, verbose=0).num_timesteps == agent.num_timesteps
+
+
+def test_saving_over_another_checkpoint_keeps_none_of_its_files(source: Path, tmp_path: Path) -> None:
+    path = tmp_path / "agent"
+    trained_from(str(source), path, lora_r=4, action_mode="choose")
+    assert (path / "model" / "adapter_model.safetensors").is_file()
+    full, _ = trained_from(str(source), path, action_mode="choose")  # a full fine-tune saved over the LoRA folder
+    assert not (path / "model" / "adapter_model.safetensors").exists()
+    loaded = GAGPOAgent.load(path, verbose=0)
+    assert loaded.config.lora_r == 0 and loaded.num_timesteps == full.num_timesteps
+
+
+# ----- damaged files are named ----------------------------------------------------------------------------------
+def test_a_truncated_zip_and_a_truncated_manifest_are_named(tmp_path: Path) -> None:
+    agent = GAGPOAgent(ENV, tiny_hidden_size=32, **QUICK)
+    agent.save(tmp_path / "agent.zip")
+    data = (tmp_path / "agent.zip").read_bytes()
+    (tmp_path / "cut.zip").write_bytes(data[: len(data) // 2])
+    with pytest.raises(ValueError, match="readable zip archive|zip archive is damaged"):
+        GAGPOAgent.load(tmp_path / "cut.zip", verbose=0)
+    agent.save(tmp_path / "folder")
+    manifest = tmp_path / "folder" / "manifest.json"
+    manifest.write_text(manifest.read_text()[:40])
+    with pytest.raises(ValueError, match=r"manifest\.json is damaged or truncated"):
+        GAGPOAgent.load(tmp_path / "folder", verbose=0)
