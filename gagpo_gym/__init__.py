@@ -4,7 +4,7 @@ Importing the package registers every built-in env under the ``gagpo_gym/`` name
 """
 
 from gagpo_gym.checker import check_text_env
-from gagpo_gym.core import CHARSET, TextEnv, normalize_command, state_key, to_charset
+from gagpo_gym.core import CHARSET, TextEnv, match_command, normalize_command, state_key, to_charset
 from gagpo_gym.registration import make, register_builtin_envs, register_text_env, registered_text_envs
 
 register_builtin_envs()
@@ -14,6 +14,7 @@ __all__ = [
     "TextEnv",
     "check_text_env",
     "make",
+    "match_command",
     "normalize_command",
     "register_text_env",
     "registered_text_envs",

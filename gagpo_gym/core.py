@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import string
+from collections.abc import Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -40,10 +41,37 @@ def state_key(text: str) -> int:
 
 
 def normalize_command(action: Any) -> str | None:
-    """Lower-case, single-spaced command text; ``None`` when the action is not a string at all."""
+    """Lower-case, single-spaced command text; ``None`` when the action is not a string at all.
+
+    The built-in envs whose grammars are lower-case (ALFWorld, MiniHouse, MiniShop) match with it. A text env of
+    your own needs none of it: :meth:`TextEnv.canonical_action` matches through :func:`match_command`.
+    """
     if not isinstance(action, str):
         return None
     return " ".join(action.strip().lower().split())
+
+
+def match_command(action: Any, admissible: Sequence[str], *, case_sensitive: bool = False) -> str | None:
+    """The admissible command that ``action`` denotes, in the admissible spelling; ``None`` when it denotes none.
+
+    An exact match wins. Otherwise ``action`` matches a command that is equal to it once leading, trailing and
+    repeated whitespace is collapsed (``"  go   north "`` -> ``"go north"``) and, unless ``case_sensitive``, once
+    case is ignored too (``str.casefold``: ``"Go North"`` -> ``"go north"``, ``"[a c]"`` -> ``"[A C]"``). A
+    normalised form that two admissible commands share (``"[A C]"`` and ``"[a c]"``) matches neither of them:
+    only their exact spellings do.
+    """
+    if not isinstance(action, str):
+        return None
+    if action in admissible:
+        return action
+
+    def tidy(text: str) -> str:
+        text = " ".join(text.split())
+        return text if case_sensitive else text.casefold()
+
+    wanted = tidy(action)
+    found = {command for command in admissible if isinstance(command, str) and tidy(command) == wanted}
+    return found.pop() if len(found) == 1 else None
 
 
 def text_space(max_length: int) -> TextSpace:
@@ -64,12 +92,19 @@ class TextEnv(gym.Env[str, str]):
     * ``expert_action() -> str``: an oracle used by tests, warm starts and as the eval upper bound;
     * attributes ``task``, ``task_id``, ``won`` (and ``task_type`` where the env has types).
 
-    Override :meth:`canonical_action` when valid commands are not a finite list (e.g. ``search[...]``).
+    A command is matched to the admissible list by :func:`match_command`: the exact spelling, else the same
+    command up to whitespace and, unless ``case_sensitive`` is set, up to case; ``_execute`` always receives the
+    admissible spelling. Override :meth:`canonical_action` when valid commands are not a finite list (e.g.
+    ``search[...]``).
     """
 
     metadata: dict[str, Any] = {"render_modes": ["ansi", "human"]}
     #: Feedback for an invalid action, ALFWorld's wording; the state does not change.
     invalid_feedback: str = "Nothing happens."
+    #: Whether commands that differ from an admissible one only in case are invalid (``"go north"`` when ``"Go
+    #: North"`` is admissible). Off by default, as in ALFWorld and TextWorld; set it on the class (or on an
+    #: instance) of an env where case carries meaning. Whitespace is normalised either way.
+    case_sensitive: bool = False
 
     task: str = ""
     task_id: str = ""
@@ -101,11 +136,9 @@ class TextEnv(gym.Env[str, str]):
         raise NotImplementedError
 
     def canonical_action(self, action: Any) -> str | None:
-        """The admissible command that ``action`` denotes, or ``None`` when it is invalid here."""
-        command = normalize_command(action)
-        if command is None:
-            return None
-        return command if command in self.admissible_actions() else None
+        """The admissible command that ``action`` denotes (its admissible spelling), or ``None`` when it is invalid
+        here; see :func:`match_command` and :attr:`case_sensitive`."""
+        return match_command(action, self.admissible_actions(), case_sensitive=self.case_sensitive)
 
     # ----- Gymnasium API ------------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict]:

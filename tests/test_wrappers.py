@@ -11,6 +11,7 @@ import functools
 import os
 import re
 import signal
+import time
 from typing import Any
 
 import gymnasium as gym
@@ -296,6 +297,60 @@ def test_async_killed_worker_is_reported_and_restarted_by_reset() -> None:
             venv.step(["right"] * 4)
         assert reset_trace(venv) == expected and venv._workers.procs[1].pid != pid
     finally:
+        venv.close()
+
+
+def test_async_workers_leave_ctrl_c_to_the_parent(capfd) -> None:
+    """Ctrl-C reaches every process of the group; workers ignore it (no traceback each) and go on serving."""
+    with contextlib.closing(fragile_venv(None)) as healthy:
+        expected = reset_trace(healthy)
+    venv = fragile_venv(None)
+    try:
+        venv.reset(seed=5)
+        pids = [proc.pid for proc in venv._workers.procs]
+        for pid in pids:
+            os.kill(pid, signal.SIGINT)
+        time.sleep(0.5)
+        assert all(proc.is_alive() for proc in venv._workers.procs)
+        assert reset_trace(venv) == expected and [proc.pid for proc in venv._workers.procs] == pids
+    finally:
+        venv.close()
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+
+
+class Slow(CountingWalk):
+    def __init__(self, delay: float = 0.0) -> None:
+        super().__init__()
+        self.delay = delay
+
+    def step(self, action):
+        time.sleep(self.delay)
+        return super().step(action)
+
+
+def test_async_call_interrupted_while_waiting_leaves_no_stale_answer() -> None:
+    """A KeyboardInterrupt while the workers step leaves their answers unread; the next reset must not read them."""
+    fns = [functools.partial(Slow, 0.5)] * 4
+    with contextlib.closing(GroupedVectorEnv(fns, 2, 2, mode="async", n_workers=2)) as healthy:
+        expected = reset_trace(healthy)
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    venv = GroupedVectorEnv(fns, 2, 2, mode="async", n_workers=2)
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        venv.reset(seed=5)
+        signal.setitimer(signal.ITIMER_REAL, 0.1)
+        with pytest.raises(KeyboardInterrupt):
+            venv.step(["right"] * 4)
+        with pytest.raises(RuntimeError, match="call reset"):
+            venv.step(["right"] * 4)
+        assert reset_trace(venv) == expected
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
         venv.close()
 
 

@@ -6,12 +6,16 @@ which members still need one. Sub-envs run in this process (``mode="sync"``) or 
 (``mode="async"``), each worker holding a slice of the sub-envs. Observations cross process boundaries as
 pickled Python strings (no shared memory). When a sub-env raises or a worker dies, the error names the sub-env, the
 worker, its pid and exit code, and the env refuses to step until the next reset, which restarts dead workers.
+Workers ignore Ctrl-C (SIGINT goes to the whole process group): the parent alone gets the ``KeyboardInterrupt``,
+so an interrupted run prints one traceback, not one per worker; a worker whose answer an interrupt left
+unread is restarted by the next reset.
 """
 
 from __future__ import annotations
 
 import contextlib
 import multiprocessing as mp
+import signal
 import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -49,6 +53,8 @@ class _InProcess:
 
 
 def _worker(conn, env_fns: list[EnvFactory]) -> None:
+    # Ctrl-C is the parent's: it stops the run and closes (or, at exit, terminates) the workers.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     envs = [fn() for fn in env_fns]
     try:
         while True:
@@ -77,7 +83,8 @@ class _WorkerProcesses:
     """Sub-envs spread over worker processes; sub-env i lives in worker ``i % n_workers``.
 
     Every call waits for every worker it sent to, also when one fails, so that no stale answer is left in a pipe
-    for the next call. A worker that died is started again (with fresh sub-envs) by the next :meth:`reset`.
+    for the next call. A worker that died, or whose answer was left unread (the wait was interrupted, e.g. by
+    Ctrl-C), is started again (with fresh sub-envs) by the next :meth:`reset`.
     """
 
     def __init__(self, env_fns: Sequence[EnvFactory], n_workers: int, context: str | None) -> None:
@@ -86,6 +93,7 @@ class _WorkerProcesses:
         self.n_workers = max(1, min(n_workers, len(env_fns)))
         self.conns: list[Any] = [None] * self.n_workers
         self.procs: list[Any] = [None] * self.n_workers
+        self.unread: set[int] = set()  # workers whose answer an interrupted call did not read
         for w in range(self.n_workers):
             self._start(w)
 
@@ -119,12 +127,15 @@ class _WorkerProcesses:
             except OSError:  # BrokenPipeError and the like: the worker is gone
                 errors.append(self._died(w))
         out: list[Any] = [None] * len(jobs)
+        self.unread.update(sent)  # until read: an interrupt (KeyboardInterrupt) in the wait leaves them unread
         for w in sent:
             try:
                 status, result = self.conns[w].recv()
             except (EOFError, OSError):
+                self.unread.discard(w)
                 errors.append(self._died(w))
                 continue
+            self.unread.discard(w)
             if status == "ok":
                 for p, r in zip(per_worker[w], result):
                     out[p] = r
@@ -138,10 +149,13 @@ class _WorkerProcesses:
 
     def reset(self, jobs):
         for w, proc in enumerate(self.procs):
-            if not proc.is_alive():
+            if w in self.unread and proc.is_alive():
+                proc.terminate()
+            if w in self.unread or not proc.is_alive():
                 proc.join()
                 self.conns[w].close()
                 self._start(w)
+        self.unread.clear()
         return self._scatter("reset", jobs)
 
     def step(self, jobs):

@@ -59,6 +59,9 @@ class StateKey(gym.Wrapper):
 
     ``backoff`` names further keys of the same state for GAGPO's key back-off, each one of the above or
     ``"group"`` (the constant 0: one set per rollout group); they go to ``info["keys"]``, by name.
+
+    ``"state"`` needs the env's ``info["state_key"]``; an env without one raises a ``ValueError`` that names it.
+    The other kinds do not (``info["true_state_key"]`` is then absent).
     """
 
     def __init__(self, env: gym.Env, key: str = "state", backoff: Sequence[str] = ()) -> None:
@@ -67,6 +70,22 @@ class StateKey(gym.Wrapper):
         self.backoff = {name: parse_backoff_spec(name) for name in backoff}
         depth = max([k for kind, k in [(self.kind, self.k), *self.backoff.values()] if kind == "history"], default=0)
         self._recent: deque[str] | None = deque(maxlen=2 * depth - 1) if depth else None
+        self._needs_state = "state" in [self.kind, *(kind for kind, _ in self.backoff.values())]
+
+    def _missing_state_key(self) -> ValueError:
+        spec = getattr(self.env, "spec", None)
+        name = spec.id if spec is not None and getattr(spec, "id", None) else type(self.env.unwrapped).__name__
+        if self.kind == "state":
+            reader = "StateKey(key='state'), the default,"
+            instead = "GAGPOAgent(..., state_key='observation') or wrap_text_env(env, key='observation')"
+        else:
+            reader = "the back-off key 'state'"
+            instead = "drop 'state' from the back-off keys (GAGPOAgent's key_backoff, wrap_text_env's backoff)"
+        return ValueError(
+            f"env {name} gives no info['state_key'], which {reader} reads: set info['state_key'] in the env (an "
+            "int64 hash of its true state, e.g. gagpo_gym.state_key(text); a gagpo_gym.TextEnv sets it from "
+            f"state_string()), or key on the observation text instead: {instead}"
+        )
 
     def _key(self, kind: str, k: int, obs: str, info: dict) -> int | str:
         if kind == "state":
@@ -79,7 +98,10 @@ class StateKey(gym.Wrapper):
 
     def _rekey(self, obs: str, info: dict, action: str | None) -> dict:
         info = dict(info)
-        info["true_state_key"] = info["state_key"]
+        if "state_key" in info:
+            info["true_state_key"] = info["state_key"]
+        elif self._needs_state:
+            raise self._missing_state_key()
         if self._recent is not None:
             if action is not None:
                 self._recent.append(f"> {action}")
