@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -64,6 +65,18 @@ class Distributed:
             self.sharded.append(fully_shard(layer))
         self.sharded.append(fully_shard(core))
         return core
+
+    def first_forward(self, forward: Callable[[], Any]) -> None:
+        """FSDP2 makes the module of a run's first forward its root. Run that forward through the real root now:
+        the first forward of a generate-mode run is the sampler's, through the inner model, whose decoder layers
+        would each become a root and break the next forward through the real one. Then reshard everything (the
+        root keeps its weights whole after a forward), so the optimizer is built on the sharded parameters."""
+        if not self.sharded:
+            return
+        with torch.no_grad():
+            forward()
+        for module in self.sharded:
+            module.reshard()
 
     @contextlib.contextmanager
     def full_params(self):

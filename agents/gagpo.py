@@ -181,6 +181,7 @@ class GAGPOAgent:
             self.policy.tokenizer, c.action_mode, c.max_prompt_tokens, show_admissible=c.show_admissible
         )
         self.policy.forward_core = self.dist.prepare(self.policy.core)
+        self.dist.first_forward(self._zero_loss)
         self.params = [p for p in self.policy.forward_core.parameters() if p.requires_grad]
         optimizer = torch.optim.AdamW(self.params, lr=c.learning_rate, weight_decay=c.weight_decay)
         self.optimizer = self.dist.prepare_optimizer(optimizer)

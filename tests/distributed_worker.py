@@ -1,7 +1,7 @@
 """Run by tests/test_distributed.py: two GAGPO iterations, as one process or as one rank of a torchrun launch.
 
     python tests/distributed_worker.py OUT                  # 4 groups in one process
-    torchrun --standalone --nproc_per_node 2 tests/distributed_worker.py OUT [--fsdp]   # 2 ranks x 2 groups
+    torchrun --standalone --nproc_per_node 2 tests/distributed_worker.py OUT [--fsdp] [--generate]  # 2 ranks x 2 groups
 
 The update runs with the default settings (several epochs, several minibatches of ``minibatch_size`` actions).
 Each rank writes its rows' advantages keyed by (iteration, group, member, step) to OUT/rows_<rank>.json; the agent
@@ -19,17 +19,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from agents import GAGPOAgent  # noqa: E402
 
 
-def main(out: Path, fsdp: bool) -> None:
+def main(out: Path, fsdp: bool, generate: bool) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    mode = {"action_mode": "generate", "max_new_tokens": 6} if generate else {}  # generate: the sampler runs first
     agent = GAGPOAgent(
         "gagpo_gym/FrozenLake-v0", num_groups=4, group_size=4, token_budget=2048, tiny_hidden_size=32,
         history_length=1, learning_rate=1e-2, ent_coef=0.01, normalize="batch", env_kwargs={"max_episode_steps": 8},
-        torch_threads=1, verbose=0, seed=11, fsdp=fsdp,
+        torch_threads=1, verbose=0, seed=11, fsdp=fsdp, **mode,
     )  # fmt: skip
+    if not agent.dist.enabled:  # the single process keeps its initial weights: how far the updates move them
+        agent.policy.model.save_pretrained(out / "initial")
     rows: dict[str, float] = {}
     for iteration in range(2):  # the second rollout is played by the updated policy
         agent.learn(1, reset_num_timesteps=iteration == 0)
         rows |= {f"{iteration}/{key}": a for key, a in advantages(agent).items()}
-    out.mkdir(parents=True, exist_ok=True)
     c = agent.config
     summary = {"rows": rows, "steps": agent.num_timesteps, "minibatch_size": c.minibatch_size, "n_epochs": c.n_epochs}
     (out / f"rows_{agent.dist.rank}.json").write_text(json.dumps(summary))
@@ -54,4 +57,4 @@ def advantages(agent: GAGPOAgent) -> dict[str, float]:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]), "--fsdp" in sys.argv[2:])
+    main(Path(sys.argv[1]), "--fsdp" in sys.argv[2:], "--generate" in sys.argv[2:])

@@ -32,13 +32,15 @@ def rows_of(folder: Path) -> dict[str, float]:
     return rows
 
 
-@pytest.mark.parametrize("engine", ["ddp", "fsdp"])
+@pytest.mark.parametrize("engine", ["ddp", "fsdp", "fsdp-generate"])
 def test_two_processes_equal_one_process(tmp_path: Path, engine: str) -> None:
     one, two = tmp_path / "one", tmp_path / "two"
     one.mkdir(), two.mkdir()
     worker = str(ROOT / "tests" / "distributed_worker.py")
-    run([sys.executable, worker, str(one)], one)
-    run([*TORCHRUN, worker, str(two), *(["--fsdp"] if engine == "fsdp" else [])], two)
+    # generate mode: the run's first forward is the sampler's, through the inner model, not the FSDP root
+    mode = ["--generate"] if engine.endswith("generate") else []
+    run([sys.executable, worker, str(one), *mode], one)
+    run([*TORCHRUN, worker, str(two), *(["--fsdp"] if engine.startswith("fsdp") else []), *mode], two)
     single, split = rows_of(one), rows_of(two)
     assert len(list(two.glob("rows_*.json"))) == 2 and all(
         json.loads(f.read_text())["rows"] for f in two.glob("rows_*")
@@ -51,9 +53,11 @@ def test_two_processes_equal_one_process(tmp_path: Path, engine: str) -> None:
     assert summaries[0]["n_epochs"] > 1 and sum(k.startswith("1/") for k in single) > summaries[0]["minibatch_size"]
     a, b = (load_file(d / "agent" / "model" / "model.safetensors") for d in (one, two))
     assert a.keys() == b.keys()
+    initial = load_file(one / "initial" / "model.safetensors")
     diff = max(float((a[k] - b[k]).abs().max()) for k in a)
-    print(f"\n{engine}: max parameter difference, 2 processes vs 1: {diff:.3g}")
-    assert diff < 1e-5
+    moved = max(float((a[k] - initial[k]).abs().max()) for k in a)
+    print(f"\n{engine}: max parameter difference, 2 processes vs 1: {diff:.3g} (the updates moved them {moved:.3g})")
+    assert diff < 1e-5 and moved > 1e3 * diff
 
 
 @pytest.mark.parametrize("launcher", ["plain", "torchrun"])
