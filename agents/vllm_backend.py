@@ -51,24 +51,38 @@ def import_vllm():
 def checkpoint_weights(model: nn.Module) -> Iterator[Iterator[tuple[str, torch.Tensor]]]:
     """The model's weights under their checkpoint names, as an iterator valid inside the ``with`` block.
 
-    A peft model's adapters are merged into the base weights for the block (and unmerged after), so the engine
-    gets one plain checkpoint, as TRL and verl sync LoRA.
+    A peft model's adapters are folded into its base weights as new fp32 tensors, ``W + B A * scaling``, one
+    weight at a time: the base is never written. (Merging in place and unmerging after, in the base's bf16, lost
+    most of a small adapter delta to rounding and moved the frozen base, and the KL reference with it, a little
+    at every sync.) The engine casts each tensor to its own dtype once, rounding to nearest.
     """
-    peft = hasattr(model, "merge_adapter")
-    if peft:
-        model.merge_adapter()
-    try:
-        state = model.state_dict()
-        if peft:
-            state = {
-                name.removeprefix("base_model.model.").replace(".base_layer", ""): tensor
-                for name, tensor in state.items()
-                if "lora_" not in name
-            }
-        yield ((name, tensor.detach()) for name, tensor in state.items())
-    finally:
-        if peft:
-            model.unmerge_adapter()
+    if not hasattr(model, "merge_adapter"):
+        yield ((name, tensor.detach()) for name, tensor in model.state_dict().items())
+        return
+    from peft.tuners.lora import LoraLayer
+
+    folded = {
+        f"{name}.base_layer.weight": module
+        for name, module in model.named_modules()
+        if isinstance(module, LoraLayer) and not module.disable_adapters
+    }
+
+    def merged(name: str, tensor: torch.Tensor) -> torch.Tensor:
+        module = folded.get(name)
+        if module is None:
+            return tensor.detach()
+        weight = tensor.detach().float()
+        for adapter in module.active_adapters:
+            if adapter in module.lora_A:
+                weight = weight + module.get_delta_weight(adapter).detach().float()
+        return weight
+
+    state = model.state_dict()
+    yield (
+        (name.removeprefix("base_model.model.").replace(".base_layer", ""), merged(name, tensor))
+        for name, tensor in state.items()
+        if "lora_" not in name
+    )
 
 
 def _head_size(config) -> int:
