@@ -39,6 +39,7 @@ class Row:
     advantage: float = float("nan")
     rollout_logp: np.ndarray | None = None  # the sampler's own log-probs (kept to log their gap to old_logp)
     ref_logp: np.ndarray | None = None  # reference policy's log-probs (kl_coef > 0)
+    is_weight: float = 1.0  # truncated importance weight trainer / sampler (config.rollout_is)
     value_target: float = 0.0
     backoff_keys: tuple = ()  # keys of the state acted from, one per name in config.key_backoff (key back-off)
 

@@ -76,6 +76,11 @@ class GAGPOConfig:
     # trainer's forward (see agents/vllm_backend.py for why).
     backend: str = "hf"
     vllm_gpu_memory_utilization: float = 0.3  # the engine's share of the GPU while it is awake (it sleeps in updates)
+    # Truncated importance sampling for the sampler/trainer mismatch (TRL's vllm_importance_sampling_correction):
+    # each action's loss term is weighted by min(exp(mean over its tokens of old_logp - rollout_logp), rollout_is_cap).
+    # auto: on with backend="vllm" (another engine, maybe another dtype), off with "hf" (the trainer samples itself)
+    rollout_is: str = "auto"  # auto | on | off
+    rollout_is_cap: float = 2.0
     device: str = "auto"
     dtype: str = (
         "auto"  # compute dtype: auto (bf16 on CUDA, fp32 elsewhere) | float32 | bfloat16; weights train in fp32
@@ -182,6 +187,8 @@ class GAGPOConfig:
         check(self.dtype in DTYPES, f"dtype must be one of {DTYPES}, got {self.dtype!r}")
         check(self.torch_threads >= 0, "torch_threads must be >= 0")
         check(self.backend in BACKENDS, f"backend must be one of {BACKENDS}, got {self.backend!r}")
+        check(self.rollout_is in ("auto", "on", "off"), f"rollout_is must be auto|on|off, got {self.rollout_is!r}")
+        check(self.rollout_is_cap >= 1, f"rollout_is_cap must be >= 1, got {self.rollout_is_cap}")
         check(
             0 < self.vllm_gpu_memory_utilization <= 1,
             f"vllm_gpu_memory_utilization must be in (0, 1], got {self.vllm_gpu_memory_utilization}",
@@ -203,6 +210,7 @@ class GAGPOConfig:
             choose_score=("mean" if tiny else "sum") if self.choose_score == "auto" else self.choose_score,
             learning_rate=(1e-3 if tiny else 1e-6) if self.learning_rate is None else self.learning_rate,
             n_epochs=(4 if tiny else 2) if self.n_epochs == 0 else self.n_epochs,
+            rollout_is=("on" if self.backend == "vllm" else "off") if self.rollout_is == "auto" else self.rollout_is,
         )
 
     def to_dict(self) -> dict[str, Any]:

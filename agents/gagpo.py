@@ -13,6 +13,7 @@ import contextlib
 import dataclasses
 import functools
 import json
+import math
 import os
 import sys
 import time
@@ -40,6 +41,10 @@ from agents.policy import PolicyCore, budget_batches
 from agents.tiny import collect_env_text
 from agents.warm_start import prior_defaults, read_prior
 from wrappers import GroupedVectorEnv, PromptBuilder, extract_action
+
+#: A mean sampler/trainer log-prob gap (nats per token) far beyond rounding (a bf16 engine's is about 1e-2): the
+#: engine holds other weights than the trainer. Warned about once (rollout/logp_gap_mean).
+LOGP_GAP_WARN = 0.1
 
 
 def _env_source(env: Any) -> tuple[str, dict[str, Any], list[tuple[str, dict[str, Any]]]]:
@@ -186,6 +191,7 @@ class GAGPOAgent:
         optimizer = torch.optim.AdamW(self.params, lr=c.learning_rate, weight_decay=c.weight_decay)
         self.optimizer = self.dist.prepare_optimizer(optimizer)
         self.buffer = GroupRolloutBuffer(c)
+        self._gap_warned = False  # the sampler/trainer log-prob gap is warned about once
         self._plan: list[list[list[Row]]] | None = None  # the next update's minibatches (drawn at the recompute)
         self.set_logger(self._default_logger(log_dir))
         self._mark_boundary()
@@ -450,7 +456,7 @@ class GAGPOAgent:
         """
         self.policy.train()  # the mode the update runs in (dropout, gradient checkpointing)
         self._plan = self._update_plan()
-        gap, entropy = 0.0, []
+        gap, gaps, entropy = 0.0, [], []
         micros = [m for minibatch in self._plan[0] for m in self._micro_batches(minibatch)]
         for micro in micros:
             ev = self._evaluate_rows(micro)
@@ -459,12 +465,29 @@ class GAGPOAgent:
             for k, r in enumerate(micro):
                 n = len(r.old_logp)
                 fresh = logp[k, :n].astype(np.float64)
-                gap = max(gap, float(np.abs(fresh - r.old_logp).max(initial=0.0)))
+                gaps.append(np.abs(fresh - r.old_logp))
+                gap = max(gap, float(gaps[-1].max(initial=0.0)))
                 r.rollout_logp, r.old_logp = r.old_logp, fresh
+                if self.config.rollout_is == "on":
+                    r.is_weight = min(math.exp(float(np.mean(fresh - r.rollout_logp))), self.config.rollout_is_cap)
                 if ref is not None:
                     r.ref_logp = ref[k, :n].float().cpu().numpy().astype(np.float64)
             entropy += ev.entropy.float().cpu().tolist()
+        mean_gap = float(np.concatenate(gaps).mean()) if gaps and sum(g.size for g in gaps) else 0.0
         self.logger.record("rollout/logp_gap_max", gap)
+        self.logger.record("rollout/logp_gap_mean", mean_gap)
+        if self.config.rollout_is == "on":
+            weights = np.array([r.is_weight for r in self.buffer.rows])
+            self.logger.record("rollout/is_weight_mean", float(weights.mean()) if weights.size else 1.0)
+            self.logger.record("rollout/is_truncated_share", float(np.mean(weights >= self.config.rollout_is_cap)))
+        if mean_gap > LOGP_GAP_WARN and not self._gap_warned:
+            self._gap_warned = True
+            warnings.warn(
+                f"the sampler's log-probs differ from the trainer's by {mean_gap:.3f} nats per token on average "
+                f"(up to {gap:.2f}; rollout/logp_gap_mean, _max): the engine holds other weights than the trainer "
+                f"(a weight its loader did not take?) or computes in a much coarser dtype",
+                stacklevel=2,
+            )
         self.logger.record("rollout/entropy", float(np.mean(entropy)) if entropy else 0.0)
 
     def _reference_eval(self, rows: list[Row]) -> torch.Tensor:
@@ -536,9 +559,11 @@ class GAGPOAgent:
         device = ev.logp.device
         old = self._padded([r.old_logp for r in micro], ev.logp)
         advantage = torch.as_tensor([r.advantage for r in micro], dtype=ev.logp.dtype, device=device)
+        weights = torch.as_tensor([r.is_weight for r in micro], dtype=ev.logp.dtype, device=device)
         pg_loss, info = clipped_policy_loss(
-            ev.logp, old, ev.mask, advantage, clip_low=c.clip_range_low, clip_high=c.clip_range_high, ratio=c.ratio
-        )
+            ev.logp, old, ev.mask, advantage, clip_low=c.clip_range_low, clip_high=c.clip_range_high, ratio=c.ratio,
+            weights=weights,
+        )  # fmt: skip
         loss = pg_loss
         if c.ent_coef > 0:
             loss = loss - c.ent_coef * ev.entropy.mean()

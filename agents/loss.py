@@ -14,25 +14,28 @@ def clipped_policy_loss(
     clip_low: float = 0.2,
     clip_high: float = 0.2,
     ratio: str = "action",
+    weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Clipped PPO surrogate. Every token of an action shares that action's advantage.
 
     ``ratio="action"``: one length-normalised ratio per action, rho = exp(mean_t(logp - old_logp)), and the
     loss averages one term per action. ``ratio="token"``: the per-token PPO ratio, averaged over all tokens.
-    Shapes: logp, old_logp, mask [B, T]; advantages [B].
+    ``weights`` [B] scale each action's term (the truncated importance weights of a sampler that is not the
+    trainer). Shapes: logp, old_logp, mask [B, T]; advantages [B].
     """
     mask = mask.to(logp.dtype)
+    weights = torch.ones_like(advantages) if weights is None else weights.to(advantages.dtype)
     log_ratio = (logp - old_logp) * mask
     if ratio == "action":
         rho = torch.exp(log_ratio.sum(-1) / mask.sum(-1).clamp(min=1))
         surrogate = torch.minimum(rho * advantages, torch.clamp(rho, 1 - clip_low, 1 + clip_high) * advantages)
-        loss = -surrogate.mean()
+        loss = -(weights * surrogate).mean()
         clipped = ((rho < 1 - clip_low) | (rho > 1 + clip_high)).float().mean()
     elif ratio == "token":
         rho = torch.exp(log_ratio)
         adv = advantages[:, None]
         surrogate = torch.minimum(rho * adv, torch.clamp(rho, 1 - clip_low, 1 + clip_high) * adv)
-        loss = -(surrogate * mask).sum() / mask.sum().clamp(min=1)
+        loss = -(weights[:, None] * surrogate * mask).sum() / mask.sum().clamp(min=1)
         clipped = (((rho < 1 - clip_low) | (rho > 1 + clip_high)).float() * mask).sum() / mask.sum().clamp(min=1)
     else:
         raise ValueError(f"ratio must be 'action' or 'token', got {ratio!r}")
