@@ -540,6 +540,8 @@ class GAGPOAgent:
                     continue
                 logs["grad_norm"].append(float(grad_norm))
                 self.optimizer.step()
+        # The last step's gradients would otherwise live until the next update, beside a waking rollout engine.
+        self.optimizer.zero_grad(set_to_none=True)
         self.logger.record("time/update_s", time.perf_counter() - t0)
         self.logger.record("train/skipped_updates", skipped)
         self.logger.record("train/first_ratio_dev", first_ratio_dev or 0.0)

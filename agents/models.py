@@ -225,12 +225,12 @@ def enable_gradient_checkpointing(model: nn.Module) -> None:
         model.enable_input_require_grads()  # harmless without reentrancy; needed by older peft paths
 
 
-def frozen_copy(model: nn.Module, dtype: torch.dtype) -> nn.Module:
-    """The KL reference: a frozen copy, stored in the compute dtype (autocast would cast it there anyway)."""
-    ref = copy.deepcopy(model).to(dtype).eval()
-    for p in ref.parameters():
+def frozen(model: nn.Module, dtype: torch.dtype) -> nn.Module:
+    """The KL reference: frozen, stored in the compute dtype (autocast would cast it there anyway)."""
+    model = model.to(dtype).eval()
+    for p in model.parameters():
         p.requires_grad_(False)
-    return ref
+    return model
 
 
 @dataclass
@@ -301,14 +301,16 @@ def build_models(
     reference = None
     if c.kl_coef > 0 and c.lora_r == 0:
         stored = restore.folder / REFERENCE_FILE if restore is not None else None
-        if stored is None or stored.is_file():
-            initial = model  # a restored agent's stored reference replaces these weights below
+        if (stored is None and source == "tiny") or (stored is not None and stored.is_file()):
+            initial = copy.deepcopy(model)  # a restored agent's stored reference replaces these weights below
+        elif stored is None:  # read again in the compute dtype: no transient fp32 copy of a large model
+            initial = load_causal_lm(source, precision.compute_dtype, device)
         elif restore.source.kind == "tiny":  # saved before references were stored: rebuild it from the seed
             initial = build_tiny_model(tokenizer, tiny_spec(c), seed=c.seed).to(device)
         else:
             where = restore.source.locate("KL reference", restore.model)
             initial = load_causal_lm(where, precision.compute_dtype, device, local_files_only=True)
-        reference = frozen_copy(initial, precision.compute_dtype)
+        reference = frozen(initial, precision.compute_dtype)
         if stored is not None and stored.is_file():
             from safetensors.torch import load_model
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 import torch
-from agent_helpers import save_tiny_checkpoint
+from agent_helpers import capture_logs, save_tiny_checkpoint
 from stable_baselines3.common.callbacks import CallbackList
 
 from agents import GAGPOAgent, GAGPOConfig
@@ -97,3 +97,18 @@ def test_a_sampler_that_disagrees_gets_truncated_importance_weights_and_a_warnin
     assert weights == pytest.approx([min(math.exp(s), 2.0) for s in shifts], rel=1e-5)
     assert agent.logger.name_to_value["rollout/is_truncated_share"] == pytest.approx(0.5, abs=0.2)
     agent.train()  # the weighted loss trains
+
+
+# ----- memory ---------------------------------------------------------------------------------------------------
+def test_no_gradients_outlive_the_update_and_the_reference_is_read_in_the_compute_dtype(base_folder: Path) -> None:
+    agent = GAGPOAgent(
+        ENV, model=str(base_folder), action_mode="choose", kl_coef=0.05, ent_coef=0.05, dtype="bfloat16", **QUICK
+    )
+    logs = capture_logs(agent)
+    agent.learn(8)
+    assert logs.dumps[-1]["train/grad_norm"] > 0  # the update ran and had gradients
+    assert all(p.grad is None for p in agent.policy.parameters())  # freed before the next rollout
+    source = load_causal_lm(base_folder, torch.float32, torch.device("cpu")).state_dict()
+    reference = agent.reference.state_dict()
+    assert all(v.dtype == torch.bfloat16 for v in reference.values())
+    assert all(torch.equal(reference[k], source[k].to(torch.bfloat16)) for k in source)
