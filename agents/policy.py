@@ -147,11 +147,13 @@ def sample_responses(
     ids, mask = ids.to(device), mask.to(device)
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
     batch = len(prompts)
-    stop = torch.as_tensor(list(stop_ids), device=device)
+    stop = set(stop_ids)
     tokens = torch.zeros((batch, max_new_tokens), dtype=torch.long, device=device)
     logps = torch.zeros((batch, max_new_tokens), dtype=torch.float32, device=device)
-    lengths = torch.full((batch,), max_new_tokens, dtype=torch.long)
+    lengths = [max_new_tokens] * batch
     running = torch.ones(batch, dtype=torch.bool, device=device)
+    # The stop checks run on the host, on its own copy of the sampled tokens: one device-to-host copy per token.
+    alive, sampled = [True] * batch, [[] for _ in range(batch)]
     may_close: dict[int, bool] = {}  # token id -> its text could end a stop text
     generators = []
     if not greedy:
@@ -180,18 +182,17 @@ def sample_responses(
         chosen = torch.where(running, chosen, torch.full_like(chosen, tokenizer.pad_token_id))
         tokens[:, t] = chosen
         logps[:, t] = log_probs.gather(-1, chosen[:, None]).squeeze(-1)
-        ended = running & torch.isin(chosen, stop)
-        for b in torch.nonzero(running & ~ended).flatten().tolist():
-            tok = int(chosen[b])
+        for b, tok in enumerate(chosen.tolist()):
+            if not alive[b]:
+                continue
+            sampled[b].append(tok)
             if tok not in may_close:
                 may_close[tok] = any(s[-1] in tokenizer.decode([tok]) for s in stop_texts)
-            if may_close[tok] and any(s in tokenizer.decode(tokens[b, : t + 1].tolist()) for s in stop_texts):
-                ended[b] = True
-        for b in torch.nonzero(ended).flatten().tolist():
-            lengths[b] = t + 1
-        running &= ~ended
-        if not running.any():
+            if tok in stop or (may_close[tok] and any(s in tokenizer.decode(sampled[b]) for s in stop_texts)):
+                alive[b], lengths[b] = False, t + 1
+        if not any(alive):
             break
+        running = torch.tensor(alive, device=device)
         step_ids = chosen[:, None]
         step_pos = step_pos[:, -1:] + 1
         mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
