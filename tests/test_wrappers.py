@@ -32,7 +32,7 @@ from wrappers import (
     parse_key_spec,
     wrap_text_env,
 )
-from wrappers.prompt import CHOOSE_INSTRUCTION, GENERATE_INSTRUCTION, SYSTEM_PROMPT
+from wrappers.prompt import CHOOSE_INSTRUCTION, GENERATE_INSTRUCTION, SYSTEM_PROMPT, cut_middle
 
 MAZE = "gagpo_gym/Maze-v0"
 SMALL_MAZE = {"width": 3, "height": 3, "min_path": 2, "max_path": 4}
@@ -537,11 +537,14 @@ def test_prompt_truncates_history_oldest_first_never_the_observation(tokenizer) 
     assert "You are at -2 of 4." in text and "You are at -1 of 4." in text
     assert "You are at -3 of 4." not in text and "You are at -5 of 4." not in text
     assert f"Current observation: {current}" in text
-    # A budget that not even the bare prompt fits: the observation is cut to the marker and the overflow counted.
+    # A budget that not even the bare prompt fits: the observation is cut to the marker, the overflow counted, and
+    # the prompt keeps its last 16 tokens (an engine sized for the budget is never handed more).
     tiny = PromptBuilder(tokenizer, action_mode="choose", max_prompt_tokens=16)
     long_obs = "You are at 0 of 4. " * 20
-    text = tokenizer.decode(tiny.build("Walk.", history, long_obs, ["left"]))
-    assert f"[... {len(long_obs)} characters cut ...]" in text and "Recent steps" not in text
+    ids = tiny.build("Walk.", history, long_obs, ["left"])
+    bare = PromptBuilder(tokenizer, action_mode="choose").build("Walk.", [], cut_middle(long_obs, 0), ["left"])
+    assert len(bare) > 16 and ids == bare[-16:]
+    assert f"[... {len(long_obs)} characters cut ...]" in tokenizer.decode(bare)
     assert tiny.overflow_count == 1 and tiny.truncated_count == 0 and tiny.observation_cuts == 1
 
 

@@ -3,9 +3,10 @@
 Rendered through the tokenizer's chat template when it has one (plain text otherwise). History is dropped
 oldest-first to fit ``max_prompt_tokens``; when that is not enough the current observation itself is cut in the
 middle, its head and tail kept around a visible ``[... N characters cut ...]`` marker, so that one huge observation
-(a web page, a log) cannot blow the budget. Each prompt that needed truncation, or overflows even with the
-observation cut to the marker (the task, the admissible actions and the instructions alone are too long), is
-counted so the agent can log it.
+(a web page, a log) cannot blow the budget. A prompt never exceeds the budget: one that would even with no
+history and the observation cut to the marker (the task, the admissible actions and the instructions alone are
+too long) keeps its last ``max_prompt_tokens`` tokens, the end the answer follows. Each prompt that needed
+truncation or overflowed is counted so the agent can log it.
 """
 
 from __future__ import annotations
@@ -100,11 +101,13 @@ class PromptBuilder:
                 return ids
         best = prompt([], cut_middle(observation, 0))
         if len(best) > self.max_prompt_tokens:
+            # Even the bare prompt is too long (the task, admissible actions and instructions alone): keep its end,
+            # where the answer starts, so that no engine is handed more than the budget it was sized for.
             self.overflow_count += 1
-            if len(ids) <= len(best):  # the observation is no longer than its cut marker: keep it whole
-                return ids
-            self.observation_cuts += 1
-            return best
+            if len(ids) > len(best):  # the observation is longer than its cut marker
+                self.observation_cuts += 1
+                ids = best
+            return ids[len(ids) - self.max_prompt_tokens :]
         self.observation_cuts += 1
         # The longest head + tail that fits: binary search on the characters kept (tokens grow with them).
         low, high = 0, len(observation) - 1
