@@ -1,12 +1,19 @@
 """Evaluation panels: play a fixed list of tasks once each with any policy (an agent, the expert, random).
 
-Kept apart from the training loop: scripts, benchmarks and the agent's ``evaluate()`` share it.
+Kept apart from the training loop: scripts, benchmarks and the agent's ``evaluate()`` share it. Env ids may take
+Gymnasium's ``"module:EnvId"`` form (``gymnasium.make("my_pkg.envs:MyEnv-v0")`` imports ``my_pkg.envs`` first,
+which registers the env): :func:`make_env` imports the module in every process that builds the env, so an agent
+trained on such an id keeps it and rebuilds its env anywhere the module can be imported.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
-from collections.abc import Sequence
+import importlib
+import math
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -15,6 +22,51 @@ from gymnasium.envs.registration import load_env_creator
 
 import gagpo_gym
 from wrappers import GroupedVectorEnv, wrap_text_env
+
+
+def split_env_id(env_id: str) -> tuple[str | None, str]:
+    """``"my_pkg.envs:MyEnv-v0"`` -> ``("my_pkg.envs", "MyEnv-v0")``; an id without a module -> ``(None, id)``."""
+    if ":" not in env_id:
+        return None, env_id
+    module, name = env_id.split(":", 1)
+    if not module or not name or ":" in name:
+        raise ValueError(f"env id {env_id!r} is not of the form 'module:EnvId'")
+    return module, name
+
+
+def registered_env_id(env_id: str) -> str:
+    """The registry id that ``env_id`` names, after importing its module part (as ``gymnasium.make`` does).
+
+    ``"Maze-v0"`` -> ``"gagpo_gym/Maze-v0"`` (an id without a module and a namespace is always under
+    ``gagpo_gym/``, as :func:`gagpo_gym.make` reads it); ``"my_envs:MyEnv-v0"`` imports ``my_envs`` and returns
+    the id it registered (``MyEnv-v0`` as given, else under ``gagpo_gym/``, where
+    :func:`gagpo_gym.register_text_env` puts an id without a namespace). Raises ``ValueError`` with one readable
+    line for a module that cannot be imported or an id that is not registered.
+    """
+    module, name = split_env_id(env_id)
+    if module is not None:
+        try:
+            importlib.import_module(module)
+        except ImportError as err:
+            raise ValueError(
+                f"cannot import {module!r}, the module part of env id {env_id!r} ({err}); is it on PYTHONPATH?"
+            ) from err
+    namespaced = name if "/" in name else f"{gagpo_gym.registration.NAMESPACE}/{name}"
+    # Without a module an id is one of ours (``CliffWalking-v0`` is gagpo_gym's text env, never Gymnasium's).
+    for candidate in (name, namespaced) if module is not None else (namespaced,):
+        if candidate in gym.registry:
+            return candidate
+    where = f" (importing {module!r} did not register it)" if module is not None else ""
+    raise ValueError(
+        f"unknown env id {env_id!r}{where}; registered text envs: {', '.join(gagpo_gym.registered_text_envs())}"
+    )
+
+
+def canonical_env_id(env_id: str) -> str:
+    """``env_id`` with its registry id spelled out and its module part kept: ``"m:X-v0"`` -> ``"m:gagpo_gym/X-v0"``."""
+    module, _ = split_env_id(env_id)
+    full = registered_env_id(env_id)
+    return full if module is None else f"{module}:{full}"
 
 
 def make_env(
@@ -28,7 +80,12 @@ def make_env(
     ``env_wrappers`` are ``(entry point, kwargs)`` of wrappers the user put on a made env (Gymnasium records
     them in ``env.spec.additional_wrappers``); they go on before the agent's own text wrappers.
     """
-    env = gagpo_gym.make(env_id, **env_kwargs)
+    if ":" in env_id:  # Gymnasium's "module:EnvId": import the module (it registers the env), make the bare id
+        full = registered_env_id(env_id)
+        # gagpo_gym.make takes namespaced ids; a module's own id without a namespace goes to Gymnasium directly.
+        env = gagpo_gym.make(full, **env_kwargs) if "/" in full else gym.make(full, **env_kwargs)
+    else:
+        env = gagpo_gym.make(env_id, **env_kwargs)
     for entry_point, kwargs in env_wrappers:
         env = load_env_creator(entry_point)(env, **kwargs)
     return wrap_text_env(env, **wrap) if wrap is not None else env
@@ -47,21 +104,52 @@ def info_at(infos: dict[str, Any], i: int) -> dict[str, Any]:
     return out
 
 
+#: Where :func:`run_panel` reports finished episodes when its caller passes no ``progress`` (:func:`panel_progress`).
+_PANEL_PROGRESS: contextvars.ContextVar[Callable[[int], None] | None] = contextvars.ContextVar(
+    "panel_progress", default=None
+)
+
+
+@contextlib.contextmanager
+def panel_progress(report: Callable[[int], None]) -> Iterator[None]:
+    """Within the block, every :func:`run_panel` (``agent.evaluate()`` included) calls ``report(k)`` as ``k``
+    more episodes finish: what the scripts' progress bars count."""
+    token = _PANEL_PROGRESS.set(report)
+    try:
+        yield
+    finally:
+        _PANEL_PROGRESS.reset(token)
+
+
 def run_panel(
-    act, make_env, n_tasks: int, *, batch_size: int = 16, seed_offset: int = 0, episodes: bool = True
+    act,
+    make_env,
+    n_tasks: int,
+    *,
+    batch_size: int = 16,
+    seed_offset: int = 0,
+    episodes: bool = True,
+    progress: Callable[[int], None] | None = None,
 ) -> dict[str, Any]:
     """Play tasks ``seed_offset + 0 .. n_tasks - 1`` once each; ``act(obs, infos, venv, indices) -> actions``.
 
     Used for agents, the expert and random reference policies alike; tasks run ``batch_size`` at a time.
-    ``episodes=False`` leaves the per-episode rows out of the summary.
+    ``episodes=False`` leaves the per-episode rows out of the summary. ``progress(k)`` is called as ``k`` more
+    episodes finish (default: the reporter of an enclosing :func:`panel_progress`, if any). A reward that is not
+    finite raises ``ValueError`` naming the env, task and step (a mean over it would be ``nan``).
     """
+    if n_tasks < 1 or batch_size < 1:
+        raise ValueError(f"n_tasks and batch_size must be >= 1, got {n_tasks} and {batch_size}")
+    report = progress if progress is not None else _PANEL_PROGRESS.get()
     results: list[dict[str, Any]] = []
     for start in range(0, n_tasks, batch_size):
         seeds = np.arange(start, min(start + batch_size, n_tasks)) + seed_offset
         venv = GroupedVectorEnv(make_env, len(seeds), 1)
+        name = getattr(venv.spec, "id", None) or "the env"
         try:
             obs, infos = venv.reset(options={"task_seeds": seeds})
             current = [info_at(infos, i) for i in range(venv.num_envs)]
+            task_ids = [info.get("task_id") for info in current]
             ret = np.zeros(venv.num_envs)
             length = np.zeros(venv.num_envs, dtype=int)
             invalid = np.zeros(venv.num_envs, dtype=int)
@@ -74,14 +162,23 @@ def run_panel(
                 obs, rewards, _, _, infos = venv.step(actions)
                 for i in idx:
                     current[i] = info_at(infos, i)
+                    if not math.isfinite(float(rewards[i])):
+                        raise ValueError(
+                            f"{name} returned reward {rewards[i]} for task {task_ids[i]!r} (seed {seeds[i]}) at step "
+                            f"{length[i] + 1} (action {actions[i]!r}): rewards must be finite"
+                        )
                     ret[i] += rewards[i]
                     length[i] += 1
                     invalid[i] += not current[i].get("action_valid", True)
+                finished = int(len(idx) - venv.active[idx].sum())
+                if report is not None and finished:
+                    report(finished)
             for i in range(venv.num_envs):
                 info = current[i]
                 results.append({
-                    "seed": int(seeds[i]), "won": bool(info.get("won", False)), "return": float(ret[i]),
-                    "length": int(length[i]), "invalid": int(invalid[i]), "task_type": info.get("task_type"),
+                    "seed": int(seeds[i]), "task_id": info.get("task_id", task_ids[i]),
+                    "task_type": info.get("task_type"), "won": bool(info.get("won", False)), "return": float(ret[i]),
+                    "length": int(length[i]), "invalid": int(invalid[i]),
                     "score": float(info.get("score", float(info.get("won", False)))),
                 })  # fmt: skip
         finally:
@@ -92,26 +189,70 @@ def run_panel(
     return summary
 
 
+#: Two-sided 95% normal quantile, for :func:`wilson_interval`.
+Z95 = 1.959963984540054
+
+
+def wilson_interval(successes: int, n: int, z: float = Z95) -> tuple[float, float]:
+    """Wilson score interval of a success rate (95% by default): ``(low, high)`` in [0, 1].
+
+    Unlike the normal approximation it never leaves [0, 1] and is not empty at 0 or n successes (0/10 ->
+    [0, 0.278]); ``n == 0`` gives ``(0.0, 1.0)``, knowing nothing.
+    """
+    if n < 0 or not 0 <= successes <= n:
+        raise ValueError(f"need 0 <= successes <= n, got {successes} of {n}")
+    if n == 0:
+        return 0.0, 1.0
+    p = successes / n
+    denominator = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denominator
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denominator
+    low = 0.0 if successes == 0 else max(0.0, centre - half)
+    high = 1.0 if successes == n else min(1.0, centre + half)
+    return low, high
+
+
 def summarize(results: list[dict[str, Any]]) -> dict[str, Any]:
-    """Panel metrics: overall and per task type."""
+    """Panel metrics: overall and per task type, with the counts behind every rate.
+
+    ``wins``/``n_tasks`` give ``success_rate``; ``per_type`` (success rate), ``per_type_n`` (episodes) and
+    ``per_type_wins`` give the same per task type; ``won_length`` is the mean length of the won episodes (None
+    when none was won). No key is ``nan``: an empty panel gives zeros.
+    """
+    won = [r for r in results if r["won"]]
     out: dict[str, Any] = {
         "n_tasks": len(results),
-        "success_rate": float(np.mean([r["won"] for r in results])) if results else 0.0,
+        "wins": len(won),
+        "success_rate": len(won) / len(results) if results else 0.0,
         "score": float(np.mean([r["score"] for r in results])) if results else 0.0,
         "mean_return": float(np.mean([r["return"] for r in results])) if results else 0.0,
         "mean_length": float(np.mean([r["length"] for r in results])) if results else 0.0,
+        "won_length": float(np.mean([r["length"] for r in won])) if won else None,
         "invalid_rate": float(sum(r["invalid"] for r in results) / max(sum(r["length"] for r in results), 1)),
         "episodes": results,
     }
     types = sorted({r["task_type"] for r in results if r["task_type"] is not None})
-    out["per_type"] = {t: float(np.mean([r["won"] for r in results if r["task_type"] == t])) for t in types}
+    of_type = {t: [r for r in results if r["task_type"] == t] for t in types}
+    out["per_type"] = {t: sum(r["won"] for r in rows) / len(rows) for t, rows in of_type.items()}
+    out["per_type_n"] = {t: len(rows) for t, rows in of_type.items()}
+    out["per_type_wins"] = {t: int(sum(r["won"] for r in rows)) for t, rows in of_type.items()}
     return out
 
 
 def reference_policy_panel(
-    kind: str, env_id: str, env_kwargs: dict[str, Any], n_tasks: int, *, seed: int = 0, seed_offset: int = 0
+    kind: str,
+    env_id: str,
+    env_kwargs: dict[str, Any],
+    n_tasks: int,
+    *,
+    seed: int = 0,
+    seed_offset: int = 0,
+    progress: Callable[[int], None] | None = None,
 ) -> dict[str, Any]:
-    """Panel metrics of a reference policy: ``"expert"`` (the env's oracle) or ``"random"`` (uniform admissible)."""
+    """Panel metrics of a reference policy: ``"expert"`` (the env's oracle) or ``"random"`` (uniform admissible).
+
+    Tasks run 16 at a time (the random policy's action stream depends on it, so its rows stay reproducible).
+    """
     rng = np.random.default_rng(seed)
 
     def act(obs, infos, venv, idx):
@@ -122,4 +263,5 @@ def reference_policy_panel(
     if kind not in ("expert", "random"):
         raise ValueError(f"reference policy must be 'expert' or 'random', got {kind!r}")
     wrap = {"key": "state", "penalty": 0.0, "history_length": 0, "tagged": False}
-    return run_panel(act, functools.partial(make_env, env_id, env_kwargs, wrap), n_tasks, seed_offset=seed_offset)
+    factory = functools.partial(make_env, env_id, env_kwargs, wrap)
+    return run_panel(act, factory, n_tasks, seed_offset=seed_offset, progress=progress)

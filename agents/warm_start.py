@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -65,13 +66,18 @@ def update_prior(source: str | Path, **fields: Any) -> None:
 
 
 def noisy_expert_transcripts(
-    agent: Any, episodes: int, epsilon: float, rng: np.random.Generator, expert: str = "oracle"
+    agent: Any,
+    episodes: int,
+    epsilon: float,
+    rng: np.random.Generator,
+    expert: str = "oracle",
+    progress: Callable[[int], None] | None = None,
 ) -> Transcript:
     """Play ``episodes`` training tasks (the agent's task pool) with the expert, random with probability epsilon.
 
     ``expert``: ``"oracle"``, the env's ``expert_action()``; another kind is asked for by name
     (``expert_action(kind)``) from envs that list it in their ``EXPERTS`` (MiniHouse: ``"search"``, an expert that
-    knows only what the transcript shows).
+    knows only what the transcript shows). ``progress(1)`` is called after each episode.
     """
     from agents.evaluation import make_env
 
@@ -105,6 +111,8 @@ def noisy_expert_transcripts(
                 done = terminated or truncated
             out.episodes += 1
             out.won += bool(info.get("won", False))
+            if progress is not None:
+                progress(1)
     finally:
         env.close()
     return out
@@ -119,6 +127,7 @@ def supervised_epochs(
     batch_size: int,
     rng: np.random.Generator,
     objective: str = "tokens",
+    progress: Any = None,
 ) -> list[float]:
     """Train on the expert's actions given their prompts; returns the mean loss per epoch.
 
@@ -130,7 +139,8 @@ def supervised_epochs(
       actions' scores, ``choose_score`` as configured) at the expert's action: it trains exactly the choice the agent
       makes, where the token loss spends most of its signal on the words the candidates share ("go to").
 
-    Both are computed by the policy's own packed forward.
+    Both are computed by the policy's own packed forward. ``progress`` (an :class:`agents.callbacks.ProgressBar`)
+    is advanced by the actions trained on and says the epoch and its running loss.
     """
     if objective not in OBJECTIVES:
         raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
@@ -144,9 +154,9 @@ def supervised_epochs(
         expert = [cands.index(a) for a, cands in zip(data.actions, data.admissible)]
     losses = []
     policy.train()
-    for _ in range(epochs):
+    for epoch in range(epochs):
         order = rng.permutation(len(data.actions))
-        total = 0.0
+        total, seen = 0.0, 0
         for start in range(0, len(order), batch_size):
             rows = order[start : start + batch_size]
             with policy.precision.autocast():
@@ -163,6 +173,10 @@ def supervised_epochs(
             torch.nn.utils.clip_grad_norm_(policy.core.parameters(), 1.0)
             optimizer.step()
             total += loss.item() * len(rows)
+            seen += len(rows)
+            if progress is not None:
+                progress.set_description(f"warm start: epoch {epoch + 1}/{epochs}, loss {total / seen:.3f}")
+                progress.advance(len(rows))
         losses.append(total / len(order))
     policy.eval()
     return losses
@@ -182,6 +196,7 @@ def warm_start(
     verbose: int = 1,
     expert: str = "oracle",
     objective: str = "tokens",
+    progress: bool | None = None,
     **config: Any,
 ) -> dict[str, Any]:
     """Train the tiny model on ``episodes`` noisy-expert episodes of training tasks and save it at ``out``.
@@ -192,8 +207,10 @@ def warm_start(
 
     ``config`` holds agent hyperparameters that shape the prior (``task_pool``: the training tasks;
     ``history_length`` and other prompt settings; the tiny model's size). Returns the record written to
-    ``out/prior.json``.
+    ``out/prior.json``. ``progress``: progress bars on stderr for the expert episodes and the epochs (``None``:
+    when ``verbose`` and stderr is a terminal; see :class:`agents.callbacks.ProgressBar`).
     """
+    from agents.callbacks import ProgressBar
     from agents.gagpo import GAGPOAgent, _quiet_hub
 
     if not 0.0 <= epsilon <= 1.0:
@@ -207,12 +224,15 @@ def warm_start(
     config = {"choose_score": FINE_TUNE["choose_score"], **config}
     agent = GAGPOAgent(env, "tiny", env_kwargs=env_kwargs, seed=seed, verbose=0, action_mode="choose", **config)
     rng = np.random.default_rng(seed)
-    data = noisy_expert_transcripts(agent, episodes, epsilon, rng, expert)
+    show = progress if progress is not None else (None if verbose else False)
+    with ProgressBar(episodes, f"warm start: {expert} expert episodes", unit="episode", enabled=show) as bar:
+        data = noisy_expert_transcripts(agent, episodes, epsilon, rng, expert, progress=bar.advance)
     collect_s = time.perf_counter() - started
-    losses = supervised_epochs(
-        agent.policy, data, epochs=epochs, learning_rate=learning_rate, batch_size=batch_size, rng=rng,
-        objective=objective,
-    )  # fmt: skip
+    with ProgressBar(epochs * len(data.actions), "warm start: epoch 1", unit="action", enabled=show) as bar:
+        losses = supervised_epochs(
+            agent.policy, data, epochs=epochs, learning_rate=learning_rate, batch_size=batch_size, rng=rng,
+            objective=objective, progress=bar,
+        )  # fmt: skip
     c = agent.config
     record = {
         "env_id": agent.env_id,

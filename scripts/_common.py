@@ -1,20 +1,23 @@
-"""Shared pieces of the command-line scripts: argument checks, config flags, the paper-style table."""
+"""Shared pieces of the command-line scripts: argument checks, config flags, the paper-style table, atomic writes,
+Ctrl-C handling."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import sys
-from collections.abc import Sequence
+import tempfile
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
-
-import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # `python scripts/x.py` from a checkout that is not pip-installed
     sys.path.insert(0, str(ROOT))
 
-import gagpo_gym  # noqa: E402
+import gagpo_gym  # noqa: E402, F401  (registers the built-in envs)
 
 try:  # the scripts print their own progress; Hugging Face's per-save shard bars are noise here
     from transformers.utils import logging as _hf_logging
@@ -51,13 +54,18 @@ def fail(message: str, code: int = 2) -> NoReturn:
 
 
 def resolve_env_id(env_id: str) -> str:
-    """The full registered id (``Maze-v0`` -> ``gagpo_gym/Maze-v0``), or exit with the list of known ids."""
-    import gymnasium as gym
+    """The full registered id (``Maze-v0`` -> ``gagpo_gym/Maze-v0``), or exit with the list of known ids.
 
-    full = env_id if "/" in env_id else f"{gagpo_gym.registration.NAMESPACE}/{env_id}"
-    if full not in gym.registry:
-        fail(f"unknown env {env_id!r}; registered: {', '.join(gagpo_gym.registered_text_envs())}")
-    return full
+    Gymnasium's ``module:EnvId`` form is accepted as ``gymnasium.make`` accepts it: the module is imported first
+    (it registers the env) and kept in the returned id (``my_envs:MyEnv-v0`` -> ``my_envs:gagpo_gym/MyEnv-v0``),
+    so that an agent trained on it saves an id that imports its module again wherever it is loaded.
+    """
+    from agents.evaluation import canonical_env_id
+
+    try:
+        return canonical_env_id(env_id)
+    except ValueError as err:
+        fail(str(err).replace("unknown env id", "unknown env", 1))
 
 
 def parse_json_kwargs(text: str | None, flag: str = "--env-kwargs") -> dict[str, Any]:
@@ -75,15 +83,17 @@ def parse_json_kwargs(text: str | None, flag: str = "--env-kwargs") -> dict[str,
 
 def check_env_kwargs(env_id: str, env_kwargs: dict[str, Any]) -> None:
     """Build the env once so that a bad constructor argument is reported before any work starts."""
+    from agents.evaluation import make_env
+
     try:
-        gagpo_gym.make(env_id, **env_kwargs).close()
+        make_env(env_id, env_kwargs, None).close()
     except (TypeError, ValueError) as err:
         fail(f"cannot make {env_id} with {env_kwargs}: {err}")
 
 
 def table_kind(env_id: str) -> str:
     """``"household"`` (per-task-type success), ``"shop"`` (score and success) or ``"generic"``."""
-    name = env_id.split("/")[-1]
+    name = env_id.split(":")[-1].split("/")[-1]
     if name.startswith(HOUSEHOLD_ENVS):
         return "household"
     if name.startswith(SHOP_ENVS):
@@ -91,30 +101,49 @@ def table_kind(env_id: str) -> str:
     return "generic"
 
 
+def _rate_columns(row: dict[str, Any], column: str, wins: int, n: int) -> None:
+    """``column``: success in %; ``column n``: games; ``column lo``/``column hi``: its 95% Wilson interval in %."""
+    from agents.evaluation import wilson_interval
+
+    low, high = wilson_interval(wins, n)
+    row[column] = 100.0 * wins / n if n else None
+    row[f"{column} n"] = n
+    row[f"{column} lo"] = 100.0 * low if n else None
+    row[f"{column} hi"] = 100.0 * high if n else None
+
+
 def table_row(name: str, metrics: dict[str, Any], kind: str) -> dict[str, Any]:
-    """One row of the paper-style table (success in %, score = 100 x mean score) as plain numbers."""
+    """One row of the paper-style table (success in %, score = 100 x mean score) as plain numbers.
+
+    Every success rate ``C`` comes with ``C n`` (games it is over) and ``C lo``/``C hi`` (95% Wilson score
+    interval, %). Reads only the panel summary (:func:`agents.evaluation.summarize`), no per-episode rows.
+    """
     row: dict[str, Any] = {"agent": name}
+    n_tasks = int(metrics["n_tasks"])
+    wins = int(metrics.get("wins", round(metrics["success_rate"] * n_tasks)))
     if kind == "household":
-        per_column: dict[str, list[float]] = {c: [] for c in ALFWORLD_ORDER}
-        for episode in metrics["episodes"]:
-            column = TASK_TYPE_COLUMNS.get(str(episode.get("task_type")))
+        per_column = {c: [0, 0] for c in ALFWORLD_ORDER}  # wins, games
+        type_n = metrics.get("per_type_n", {})
+        type_wins = metrics.get("per_type_wins", {})
+        for task_type, rate in metrics["per_type"].items():
+            column = TASK_TYPE_COLUMNS.get(str(task_type))
             if column is not None:
-                per_column[column].append(float(episode["won"]))
+                n = int(type_n.get(task_type, 0))
+                per_column[column][0] += int(type_wins.get(task_type, round(rate * n)))
+                per_column[column][1] += n
         for column in ALFWORLD_ORDER:
-            values = per_column[column]
-            row[column] = 100.0 * float(np.mean(values)) if values else None
-        row["All"] = 100.0 * metrics["success_rate"]
-        won = [episode["length"] for episode in metrics["episodes"] if episode["won"]]
-        row["Won steps"] = float(np.mean(won)) if won else None
+            _rate_columns(row, column, *per_column[column])
+        _rate_columns(row, "All", wins, n_tasks)
+        row["Won steps"] = metrics.get("won_length")
     elif kind == "shop":
         row["Score"] = 100.0 * metrics["score"]
-        row["Success"] = 100.0 * metrics["success_rate"]
+        _rate_columns(row, "Success", wins, n_tasks)
     else:
-        row["Success"] = 100.0 * metrics["success_rate"]
+        _rate_columns(row, "Success", wins, n_tasks)
         row["Return"] = metrics["mean_return"]
     row["Length"] = metrics["mean_length"]
     row["Invalid"] = 100.0 * metrics["invalid_rate"]
-    row["Tasks"] = metrics["n_tasks"]
+    row["Tasks"] = n_tasks
     return row
 
 
@@ -136,29 +165,127 @@ def markdown_table(rows: list[dict[str, Any]], columns: Sequence[str] | None = N
     return "\n".join(lines)
 
 
+def results_table(rows: list[dict[str, Any]]) -> str:
+    """The printed form of :func:`table_row` rows: each success rate as ``rate [low, high]`` (95% Wilson).
+
+    A per-task-type column's game count goes in its header (``Pick (n=35)``) when every row has the same one
+    (one panel), else in each cell; overall rates are over ``Tasks`` games.
+    """
+    if not rows:
+        return ""
+    rated = [c for c in rows[0] if f"{c} n" in rows[0]]
+    shown: list[dict[str, Any]] = [{} for _ in rows]
+    for column in rows[0]:
+        if column.endswith((" n", " lo", " hi")) and column.rsplit(" ", 1)[0] in rated:
+            continue
+        header = column
+        if column in rated:
+            counts = {r.get(f"{column} n") for r in rows}
+            same = len(counts) == 1
+            if same and column in ALFWORLD_ORDER:
+                header = f"{column} (n={counts.pop()})"
+            for out, row in zip(shown, rows):
+                value, low, high = row.get(column), row.get(f"{column} lo"), row.get(f"{column} hi")
+                cell = "-" if value is None else f"{_cell(value)} [{low:.1f}, {high:.1f}]"
+                out[header] = cell if same or value is None else f"{cell} n={row.get(f'{column} n')}"
+        else:
+            for out, row in zip(shown, rows):
+                out[header] = row.get(column)
+    return markdown_table(shown)
+
+
 def table_legend(kind: str) -> str:
     """What the columns mean, printed under the table."""
     first = {
-        "household": "Pick..Pick2, All: success rate (%) per task type and overall; Won steps: mean length of the won "
-        "episodes",
+        "household": "Pick..Pick2, All: success rate (%) per task type (n: games of that type) and overall; Won "
+        "steps: mean length of the won episodes",
         "shop": "Score: 100 x mean final score; Success: % of tasks with score 1",
         "generic": "Success: % of tasks solved; Return: mean episode return (penalties included)",
     }[kind]
-    return f"{first}; Length: mean episode length (steps); Invalid: % invalid actions; Tasks: panel size."
+    return (
+        f"{first}; [low, high]: 95% Wilson score interval; Length: mean episode length (steps); Invalid: % invalid "
+        "actions; Tasks: panel size."
+    )
+
+
+_UMASK = os.umask(0)
+os.umask(_UMASK)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` all or nothing: a temporary file in the same folder, then ``os.replace``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes the file private; a written file gets the usual mode
+        with os.fdopen(fd, "w", newline="") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def check_writable(folder: str | Path, flag: str = "--out") -> Path:
+    """Create ``folder`` if needed and write a probe file in it, or exit with one line saying why not."""
+    folder = Path(folder)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".write-check-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as err:
+        fail(f"cannot write to {flag} {folder}: {err.strerror or err}")
+    return folder
 
 
 def write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
     """Rows of dicts to CSV with the union of their keys as the header (first-seen order)."""
     import csv
+    import io
 
     header: list[str] = []
     for row in rows:
         header += [k for k in row if k not in header]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=header)
-        writer.writeheader()
-        writer.writerows(rows)
+    text = io.StringIO(newline="")
+    writer = csv.DictWriter(text, fieldnames=header)
+    writer.writeheader()
+    writer.writerows(rows)
+    atomic_write_text(path, text.getvalue())
+
+
+# ----- Ctrl-C ----------------------------------------------------------------------------------------------
+@contextlib.contextmanager
+def workers_ignore_ctrl_c(enabled: bool = True) -> Iterator[None]:
+    """Worker processes started inside the block (``vec_mode="async"``) do not get Ctrl-C's SIGINT.
+
+    A terminal sends SIGINT to every process of the foreground group: each worker would die with its own
+    ``KeyboardInterrupt`` traceback while the main process is the one that stops the run. SIGINT is blocked in
+    this thread while the block runs; a worker forked or spawned then inherits the blocked mask (it ends with the
+    main process: the workers are daemons), and a Ctrl-C pressed meanwhile is delivered when the block ends.
+    ``enabled=False`` (no workers to start) does nothing.
+    """
+    if not enabled or not hasattr(signal, "pthread_sigmask"):  # nothing to start, or Windows
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def interrupted(message: str) -> NoReturn:
+    """End a script stopped by Ctrl-C: one line on stderr and exit code 130 (128 + SIGINT), as shells do."""
+    from agents.callbacks import ProgressBar
+
+    ProgressBar.close_all()  # the line goes below the bars, not into them
+    print(f"interrupted: {message}", file=sys.stderr)
+    raise SystemExit(130)
 
 
 # ----- GAGPOConfig -> command-line flags -------------------------------------------------------------------

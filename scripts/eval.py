@@ -3,6 +3,7 @@
     python scripts/eval.py --env gagpo_gym/Maze-v0                       # expert and random reference rows
     python scripts/eval.py --agent runs/house_gagpo/final --agent runs/house_grpo/final --expert --random \\
         --out results/eval_house                                          # the env the agents were trained on
+    python scripts/eval.py --env my_envs:MyEnv-v0 --expert                # your own env (Gymnasium's module:id)
 
 A saved agent brings its env id and env kwargs (its agent.json); ``--env`` / ``--env-kwargs`` override them, with
 a warning when they differ.
@@ -10,29 +11,51 @@ a warning when they differ.
 The panel is tasks ``0..N-1`` (``reset(seed=i)``), each played once: the same tasks on every machine. Agents act
 greedily. Columns follow the paper: per-task-type success for ALFWorld/MiniHouse (Pick, Look, Clean, Heat, Cool,
 Pick2, All; the mean length of the won episodes), score and success for MiniShop, success elsewhere, and the mean
-episode length.
+episode length. Every success rate comes with its 95% Wilson score interval, and each task type with its number of
+games. The expert row is named after the env's expert where it has several (ALFWorld: ``planner expert``, the
+PDDL planner on the true state; ``handcoded expert``, ALFWorld's rule-based explorer, with
+``--env-kwargs '{"expert": "handcoded"}'``).
+
+``--out`` is checked before anything is played. Each row is written to ``<out>/eval.json`` and ``eval.csv`` as
+soon as it finishes (atomically: a temporary file, then a rename); a row that fails is reported by name and the
+others are still played and written (exit code 1). ``--resume`` keeps the finished rows of an ``eval.json``
+written with the same settings and plays only the missing ones. Episode rows carry the seed, ``task_id`` (for
+ALFWorld the game file, ``json_2.1.1/<split>/<task>/<trial>/game.tw-pddl`` under the data root), task type,
+outcome, return and length. A progress bar per row (tasks done / total) goes to stderr when it is a terminal
+(``--progress`` / ``--no-progress`` to force it on or off). Ctrl-C ends with one line and exit code 130; the rows
+finished by then stay in ``--out``.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import sys
 import time
+import traceback
 from pathlib import Path
 from typing import Any
 
 from _common import (
-    check_env_kwargs,
+    atomic_write_text,
+    check_writable,
     fail,
-    markdown_table,
+    interrupted,
     parse_json_kwargs,
     resolve_env_id,
+    results_table,
     table_kind,
     table_legend,
     table_row,
+    workers_ignore_ctrl_c,
     write_csv,
 )
+
+EVAL_JSON, EVAL_CSV = "eval.json", "eval.csv"
+MANIFEST = "manifest.json"  # a saved agent's list of file digests (agents/checkpoint.py)
+#: The settings that decide a row's numbers: ``--resume`` reuses rows only when all of them match.
+SETTINGS = ("n_tasks", "seed_offset", "batch_size", "sampled", "random_seed")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -41,7 +64,10 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     parser.add_argument(
-        "--env", default=None, help="registered env id, e.g. gagpo_gym/Maze-v0 (default: the saved agents' env)"
+        "--env",
+        default=None,
+        help="registered env id, e.g. gagpo_gym/Maze-v0, or Gymnasium's module:EnvId form, e.g. my_envs:MyEnv-v0 "
+        "(the module is imported first; default: the saved agents' env)",
     )
     parser.add_argument(
         "--env-kwargs", default=None, help="env constructor arguments as JSON (default: the saved agents' ones)"
@@ -53,121 +79,303 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--random-seed", type=int, default=0, help="seed of the random policy's action stream")
     parser.add_argument("--n-tasks", type=int, default=50, help="panel size: tasks 0..N-1")
     parser.add_argument("--seed-offset", type=int, default=0, help="panel starts at this task seed")
-    parser.add_argument("--batch-size", type=int, default=16, help="tasks played side by side")
+    parser.add_argument("--batch-size", type=int, default=16, help="tasks played side by side (agents)")
     parser.add_argument("--sampled", action="store_true", help="agents sample actions instead of acting greedily")
-    parser.add_argument("--out", default=None, help="folder for eval.csv and eval.json")
+    parser.add_argument("--out", default=None, help="folder for eval.csv and eval.json, written as each row finishes")
+    parser.add_argument(
+        "--resume", action="store_true", help="keep the finished rows of --out's eval.json (same settings)"
+    )
+    parser.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=argparse.SUPPRESS,  # neither flag: bars only when stderr is a terminal
+        help="progress bars on stderr: on, or off (neither flag: only when stderr is a terminal)",
+    )
     return parser
 
 
-def evaluate_agent(path: str, env_id: str, env_kwargs: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
-    from agents.gagpo import GAGPOAgent
+# ----- saved agents ---------------------------------------------------------------------------------------
+def read_agent(path: str) -> dict[str, Any]:
+    """A saved agent's agent.json, checked before anything is played (one readable line when it is not sound)."""
+    from agents.gagpo import AGENT_FILE, GAGPOAgent
 
-    agent = GAGPOAgent.load(path, verbose=0, torch_threads=1)
-    return agent.evaluate(
-        env_id,
-        n_tasks=args.n_tasks,
-        deterministic=not args.sampled,
-        batch_size=args.batch_size,
-        seed_offset=args.seed_offset,
-        env_kwargs=env_kwargs,
-        episodes=True,
-    )
+    file = Path(path) / AGENT_FILE
+    if not file.is_file():
+        fail(f"no saved agent at {path} (expected {AGENT_FILE} inside; train.py writes <save-dir>/final)")
+    try:
+        meta = json.loads(file.read_text())
+        missing = [key for key in ("config", "num_timesteps", "env_id") if key not in meta]
+        if missing or "estimator" not in meta["config"]:
+            raise KeyError(", ".join(missing) or "config.estimator")
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        fail(f"saved agent at {path} is damaged: {AGENT_FILE} cannot be read ({type(err).__name__}: {err})")
+    try:
+        GAGPOAgent.verify_checkpoint(path)  # every file against the manifest: a damaged agent is found now
+    except (OSError, ValueError) as err:
+        fail(f"{err}".splitlines()[0] if str(err) else f"saved agent at {path} is damaged ({type(err).__name__})")
+    return meta
 
 
-def evaluate_reference(kind: str, env_id: str, env_kwargs: dict[str, Any], args: argparse.Namespace) -> dict:
-    from agents.evaluation import reference_policy_panel
-
-    return reference_policy_panel(
-        kind, env_id, env_kwargs, args.n_tasks, seed=args.random_seed, seed_offset=args.seed_offset
-    )
-
-
-def saved_env(path: str) -> tuple[str | None, dict[str, Any]]:
-    """The env id and env kwargs a saved agent was trained on, read from its agent.json."""
+def fingerprint(path: str) -> str:
+    """SHA-256 of the saved agent's manifest (which lists every file's digest): the same agent, byte for byte."""
     from agents.gagpo import AGENT_FILE
 
-    meta = json.loads((Path(path) / AGENT_FILE).read_text())
-    return meta.get("env_id"), dict(meta.get("env_kwargs") or {})
+    folder = Path(path)
+    file = folder / MANIFEST if (folder / MANIFEST).is_file() else folder / AGENT_FILE
+    return hashlib.sha256(file.read_bytes()).hexdigest()
 
 
-def choose_env(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
+def _agent_label(meta: dict[str, Any], path: str) -> str:
+    """``<estimator> @ <steps>`` from the saved agent's metadata, so side-by-side rows say what they are."""
+    return f"{meta['config']['estimator']} @ {meta['num_timesteps']} steps ({path})"
+
+
+# ----- the env --------------------------------------------------------------------------------------------
+def _bare(env_id: str) -> str:
+    return env_id.split(":", 1)[-1]
+
+
+def choose_env(args: argparse.Namespace, metas: dict[str, dict[str, Any]]) -> tuple[str, dict[str, Any]]:
     """The panel's env: ``--env`` / ``--env-kwargs`` where given, else the saved agents' own; warns on a mismatch."""
-    saved = {path: saved_env(path) for path in args.agent}
+    from agents.evaluation import canonical_env_id
+
+    saved: dict[str, tuple[str | None, dict[str, Any]]] = {}
+    for path, meta in metas.items():
+        env_id = meta.get("env_id")
+        if env_id is not None:
+            try:
+                env_id = canonical_env_id(env_id)  # a module:id env imports its module here
+            except ValueError as err:
+                if args.env is None:
+                    fail(f"{path} was trained on env {env_id!r}, which cannot be made here: {err}")
+        saved[path] = (env_id, dict(meta.get("env_kwargs") or {}))
     trained_on = sorted({(env_id, json.dumps(kwargs, sort_keys=True)) for env_id, kwargs in saved.values() if env_id})
     if args.env is None and not trained_on:
         fail("give --env (or --agent with a saved agent that names its env)")
     if args.env is None and len(trained_on) > 1:
         fail(f"the agents were trained on different envs ({'; '.join(map(' '.join, trained_on))}); give --env")
     env_id = resolve_env_id(args.env) if args.env is not None else trained_on[0][0]
-    same_env = [kwargs for saved_id, kwargs in saved.values() if saved_id == env_id]
-    default_kwargs = same_env[0] if same_env else {}
+    same_env = [
+        (saved_id, kwargs) for saved_id, kwargs in saved.values() if saved_id and _bare(saved_id) == _bare(env_id)
+    ]
+    if same_env and ":" not in env_id:  # keep the module part a saved agent's id brings (workers import it)
+        env_id = next((saved_id for saved_id, _ in same_env if ":" in saved_id), env_id)
+    default_kwargs = same_env[0][1] if same_env else {}
     env_kwargs = default_kwargs if args.env_kwargs is None else parse_json_kwargs(args.env_kwargs)
     for path, (saved_id, kwargs) in saved.items():
-        if saved_id is not None and saved_id != env_id:
+        if saved_id is not None and _bare(saved_id) != _bare(env_id):
             warn(f"--env {env_id} differs from the env {path} was trained on ({saved_id})")
-        elif saved_id == env_id and kwargs != env_kwargs:
+        elif saved_id is not None and kwargs != env_kwargs:
             warn(f"--env-kwargs {json.dumps(env_kwargs)} differ from {path}'s training env kwargs {json.dumps(kwargs)}")
     return env_id, env_kwargs
+
+
+def probe_env(env_id: str, env_kwargs: dict[str, Any]) -> tuple[bool, str]:
+    """Build the env once: a bad constructor argument exits now. Returns (has an expert, the expert row's label)."""
+    from agents.evaluation import make_env
+    from gagpo_gym.core import TextEnv
+
+    try:
+        env = make_env(env_id, env_kwargs, None)
+    except (TypeError, ValueError, OSError) as err:
+        fail(f"cannot make {env_id} with {env_kwargs}: {err}")
+    try:
+        unwrapped = env.unwrapped
+        method = getattr(type(unwrapped), "expert_action", None)
+        has_expert = callable(method) and method is not TextEnv.expert_action
+        kind = getattr(unwrapped, "expert", None)  # ALFWorld: "planner" or "handcoded"
+        label = f"{kind} expert" if isinstance(kind, str) and kind else "expert"
+    finally:
+        env.close()
+    return has_expert, label
 
 
 def warn(message: str) -> None:
     print(f"warning: {message}", file=sys.stderr)
 
 
+# ----- playing a row ----------------------------------------------------------------------------------------
+def evaluate_agent(path: str, env_id: str, env_kwargs: dict[str, Any], args: argparse.Namespace, bar) -> dict:
+    from agents.evaluation import panel_progress
+    from agents.gagpo import AGENT_FILE, GAGPOAgent
+
+    vec_mode = json.loads((Path(path) / AGENT_FILE).read_text())["config"].get("vec_mode")
+    with workers_ignore_ctrl_c(vec_mode == "async"):  # such an agent starts its env workers on load
+        agent = GAGPOAgent.load(path, verbose=0, torch_threads=1)
+    # The agent's own env (and any wrappers it was trained with) when the panel is on it; else the one given.
+    own = agent.env_id is not None and _bare(agent.env_id) == _bare(env_id) and agent.env_kwargs == env_kwargs
+    bar.set_description(bar.description.removesuffix(" (loading)"))
+    bar.restart_clock()
+    with panel_progress(bar.advance):
+        metrics = agent.evaluate(
+            None if own else env_id,
+            n_tasks=args.n_tasks,
+            deterministic=not args.sampled,
+            batch_size=args.batch_size,
+            seed_offset=args.seed_offset,
+            env_kwargs=None if own else env_kwargs,
+            episodes=True,
+        )
+    agent.env.close()
+    return metrics
+
+
+def evaluate_reference(kind: str, env_id: str, env_kwargs: dict[str, Any], args: argparse.Namespace, bar) -> dict:
+    from agents.evaluation import reference_policy_panel
+
+    return reference_policy_panel(
+        kind,
+        env_id,
+        env_kwargs,
+        args.n_tasks,
+        seed=args.random_seed,
+        seed_offset=args.seed_offset,
+        progress=bar.advance,
+    )
+
+
+# ----- output -----------------------------------------------------------------------------------------------
+def previous_rows(out: Path, settings: dict[str, Any]) -> dict[tuple, dict[str, Any]]:
+    """The finished rows of ``out/eval.json`` by (label, source, agent fingerprint); exits if its settings differ."""
+    file = out / EVAL_JSON
+    if not file.is_file():
+        return {}
+    try:
+        payload = json.loads(file.read_text())
+    except (OSError, ValueError) as err:
+        fail(f"--resume: {file} cannot be read ({type(err).__name__}: {err}); give another --out or drop --resume")
+    old = payload.get("settings") if isinstance(payload, dict) else None
+    if not isinstance(old, dict):
+        fail(f"--resume: {file} records no settings (an older eval.py wrote it); give another --out or drop --resume")
+    changed = [k for k in settings if old.get(k) != settings[k]]
+    if changed:
+        diff = ", ".join(f"{k} {json.dumps(old.get(k))} -> {json.dumps(settings[k])}" for k in changed)
+        fail(f"--resume: {file} was written with other settings ({diff}); give another --out or drop --resume")
+    return {
+        (result["agent"], result["source"], result.get("fingerprint")): {"row": row, "result": result}
+        for row, result in zip(payload["table"], payload["results"])
+    }
+
+
+def write_out(out: Path, payload: dict[str, Any]) -> None:
+    """eval.csv, then eval.json (the file that says what is finished), each all or nothing."""
+    write_csv(out / EVAL_CSV, payload["table"])
+    atomic_write_text(out / EVAL_JSON, json.dumps(payload, indent=2))
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    progress = {"done": 0, "rows": 0, "file": None}
+    try:
+        return _main(args, progress)
+    except KeyboardInterrupt:
+        kept = f", kept in {progress['file']} (--resume plays only the rest)" if progress["file"] else ""
+        interrupted(f"{progress['done']} of {progress['rows']} rows finished{kept}")
+
+
+def _main(args: argparse.Namespace, progress: dict[str, Any]) -> int:
+    from agents.callbacks import ProgressBar
+
     if args.n_tasks < 1 or args.batch_size < 1:
         fail(f"--n-tasks and --batch-size must be >= 1, got {args.n_tasks} and {args.batch_size}")
     if args.name and len(args.name) != len(args.agent):
         fail(f"give one --name per --agent ({len(args.agent)} agents, {len(args.name)} names)")
-    from agents.gagpo import AGENT_FILE
-
-    for path in args.agent:
-        if not (Path(path) / AGENT_FILE).is_file():
-            fail(f"no saved agent at {path} (expected {AGENT_FILE} inside; train.py writes <save-dir>/final)")
-    env_id, env_kwargs = choose_env(args)
-    check_env_kwargs(env_id, env_kwargs)
+    if args.resume and not args.out:
+        fail("--resume needs --out (the folder whose eval.json holds the finished rows)")
+    out = check_writable(args.out) if args.out else None  # before anything is played
+    metas = {path: read_agent(path) for path in args.agent}
+    env_id, env_kwargs = choose_env(args, metas)
+    has_expert, expert_label = probe_env(env_id, env_kwargs)
     if not (args.agent or args.expert or args.random):
-        args.expert = args.random = True
+        args.expert, args.random = has_expert, True
+    if args.expert and not has_expert:
+        fail(f"{env_id} has no expert (its env defines no expert_action)")
 
-    # (row label, saved agent path or reference policy kind)
-    entries = [(args.name[k] if args.name else _agent_label(path), path) for k, path in enumerate(args.agent)]
-    entries += [(ref, ref) for ref, wanted in (("expert", args.expert), ("random", args.random)) if wanted]
-
-    kind = table_kind(env_id)
-    rows, results = [], []
-    for name, source in entries:
-        started = time.perf_counter()
-        try:
-            if source in ("expert", "random"):
-                metrics = evaluate_reference(source, env_id, env_kwargs, args)
-            else:
-                metrics = evaluate_agent(source, env_id, env_kwargs, args)
-        except AttributeError as err:
-            fail(f"{name}: {env_id} has no expert ({err})")
-        seconds = time.perf_counter() - started
-        rows.append(table_row(name, metrics, kind))
-        results.append({"agent": name, "source": source, "seconds": seconds, **metrics})
+    # (row label, saved agent path or reference policy kind, agent fingerprint)
+    entries = [
+        (args.name[k] if args.name else _agent_label(metas[path], path), path, fingerprint(path))
+        for k, path in enumerate(args.agent)
+    ]
+    entries += [(label, kind, None) for label, kind, wanted in
+                ((expert_label, "expert", args.expert), ("random", "random", args.random)) if wanted]  # fmt: skip
+    labels = [name for name, _, _ in entries]
+    if len(set(labels)) != len(labels):
+        fail(f"two rows share a label ({', '.join(sorted({n for n in labels if labels.count(n) > 1}))}); use --name")
 
     panel = f"tasks {args.seed_offset}..{args.seed_offset + args.n_tasks - 1}"
+    settings = {"env": env_id, "env_kwargs": env_kwargs, **{k: getattr(args, k) for k in SETTINGS}}
+    reuse = previous_rows(out, settings) if args.resume else {}
+    if out is not None and not args.resume and (out / EVAL_JSON).is_file():
+        warn(f"{out / EVAL_JSON} exists: its rows are replaced as this run's rows finish (--resume keeps them)")
+
+    kind = table_kind(env_id)
+    done: dict[str, dict[str, Any]] = {}  # label -> {"row", "result"}, in the order they finish
+    failed: list[dict[str, Any]] = []
+    progress["rows"] = len(entries)
+
+    def write() -> None:
+        finished = [done[name] for name in labels if name in done]
+        if out is None or not finished:  # an eval.json always holds at least one finished row
+            return
+        payload = {
+            "env": env_id, "env_kwargs": env_kwargs, "panel": panel, "settings": settings,
+            "table": [d["row"] for d in finished], "results": [d["result"] for d in finished],
+            "failed": failed, "complete": len(finished) == len(entries),
+        }  # fmt: skip
+        write_out(out, payload)
+        progress["file"] = out / EVAL_JSON
+
+    for name, source, digest in entries:
+        if (name, source, digest) in reuse:
+            done[name] = reuse[(name, source, digest)]
+            progress["done"] += 1
+            print(f"{name}: kept from {out / EVAL_JSON}", file=sys.stderr)
+    if reuse:
+        write()
+
+    for name, source, digest in entries:
+        if name in done:
+            continue
+        started = time.perf_counter()
+        bar = ProgressBar(args.n_tasks, name if digest is None else f"{name} (loading)", unit="task",
+                          enabled=getattr(args, "progress", None))  # fmt: skip
+        try:
+            if digest is None:
+                metrics = evaluate_reference(source, env_id, env_kwargs, args, bar)
+            else:
+                metrics = evaluate_agent(source, env_id, env_kwargs, args, bar)
+        except Exception as err:  # one row's failure must not lose the others
+            bar.close()  # before the message (closing twice is fine)
+            message = f"{type(err).__name__}: {err}".splitlines()[0]
+            failed.append({"agent": name, "source": source, "error": message, "traceback": traceback.format_exc()})
+            print(f"error: row {name!r} failed after {time.perf_counter() - started:.0f}s: {message}", file=sys.stderr)
+            write()
+            continue
+        finally:
+            bar.close()
+        seconds = time.perf_counter() - started
+        result = {"agent": name, "source": source, "fingerprint": digest, "seconds": seconds, **metrics}
+        done[name] = {"row": table_row(name, metrics, kind), "result": result}
+        progress["done"] += 1
+        write()
+
     print(f"{env_id} {json.dumps(env_kwargs) if env_kwargs else ''} | {panel}, each once\n")
-    print(markdown_table(rows))
+    finished = [done[name]["row"] for name in labels if name in done]
+    print(results_table(finished))
     print(f"\n{table_legend(kind)}")
-    if args.out:
-        out = Path(args.out)
-        write_csv(out / "eval.csv", rows)
-        payload = {"env": env_id, "env_kwargs": env_kwargs, "panel": panel, "table": rows, "results": results}
-        (out / "eval.json").write_text(json.dumps(payload, indent=2))
-        print(f"\nwrote {out / 'eval.csv'} and {out / 'eval.json'}")
+    if out is not None and finished:
+        print(f"\nwrote {out / EVAL_CSV} and {out / EVAL_JSON}")
+    if failed:
+        where = ""
+        if out is not None and finished:
+            where = f" (tracebacks in {out / EVAL_JSON}, under 'failed')"
+        else:  # no file holds them
+            for failure in failed:
+                print(f"\n{failure['agent']}:\n{failure['traceback']}", file=sys.stderr, end="")
+        names = ", ".join(repr(f["agent"]) for f in failed)
+        print(f"error: {len(failed)} of {len(entries)} rows failed: {names}{where}", file=sys.stderr)
+        return 1
     return 0
-
-
-def _agent_label(path: str) -> str:
-    """``<estimator> @ <steps>`` from the saved agent's metadata, so side-by-side rows say what they are."""
-    from agents.gagpo import AGENT_FILE
-
-    meta = json.loads((Path(path) / AGENT_FILE).read_text())
-    return f"{meta['config']['estimator']} @ {meta['num_timesteps']} steps ({path})"
 
 
 if __name__ == "__main__":

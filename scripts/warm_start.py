@@ -7,7 +7,8 @@
 Training tasks are seeds ``0 .. task_pool - 1``; the held-out panel is ``--heldout-tasks`` seeds from
 ``--heldout-offset`` on, never seen in training. The folder written is what ``GAGPOAgent(env, model=<out>)`` and
 ``scripts/train.py --model <out>`` fine-tune (choose mode, the tiny model's learning rate, the prior's prompt
-settings).
+settings). Progress bars (expert episodes, epochs with the running loss, the evaluation panels) go to stderr when
+it is a terminal (``--progress`` / ``--no-progress`` to force them on or off).
 """
 
 from __future__ import annotations
@@ -46,6 +47,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--heldout-tasks", type=int, default=100, help="held-out panel size (0: skip evaluation)")
     parser.add_argument("--heldout-offset", type=int, default=HELDOUT_OFFSET, help="first held-out task seed")
     parser.add_argument("--torch-threads", type=int, default=1, help="torch CPU threads")
+    parser.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=argparse.SUPPRESS,  # neither flag: bars only when stderr is a terminal
+        help="progress bars on stderr: on, or off (neither flag: only when stderr is a terminal)",
+    )
     return parser
 
 
@@ -59,6 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     env_kwargs = parse_json_kwargs(args.env_kwargs)
     check_env_kwargs(env_id, env_kwargs)
 
+    from agents.callbacks import ProgressBar
+    from agents.evaluation import panel_progress
     from agents.gagpo import GAGPOAgent
     from agents.warm_start import warm_start
 
@@ -68,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
             epochs=args.epochs, learning_rate=args.learning_rate, batch_size=args.batch_size, seed=args.seed,
             expert=args.expert,
             task_pool=args.task_pool, history_length=args.history_length, tiny_hidden_size=args.tiny_hidden_size,
-            tiny_layers=args.tiny_layers, torch_threads=args.torch_threads,
+            tiny_layers=args.tiny_layers, torch_threads=args.torch_threads, progress=getattr(args, "progress", None),
         )  # fmt: skip
     except ValueError as err:
         fail(str(err))
@@ -79,7 +88,9 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for name, n, offset in (("training tasks", min(args.task_pool, 100), 0),
                             ("held-out tasks", args.heldout_tasks, args.heldout_offset)):  # fmt: skip
-        m = agent.evaluate(n_tasks=n, seed_offset=offset, batch_size=50)
+        bar = ProgressBar(n, f"evaluation: {name}", unit="task", enabled=getattr(args, "progress", None))
+        with bar, panel_progress(bar.advance):
+            m = agent.evaluate(n_tasks=n, seed_offset=offset, batch_size=50)
         rows.append({
             "panel": f"{name} (seeds {offset}..{offset + n - 1})", "greedy success": f"{m['success_rate']:.2f}",
             "mean length": f"{m['mean_length']:.1f}", "invalid rate": f"{m['invalid_rate']:.3f}",

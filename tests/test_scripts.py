@@ -146,7 +146,8 @@ def test_eval_defaults_to_expert_and_random_and_writes_csv_json(tmp_path):
     result = run("eval.py", "--env", "gagpo_gym/Maze-v0", "--n-tasks", "6", "--out", str(tmp_path))
     assert result.returncode == 0, result.stderr
     assert "| agent | Success | Return | Length | Invalid | Tasks |" in result.stdout
-    assert "| expert | 100.0 |" in result.stdout  # the maze expert walks a shortest path on every task
+    # the maze expert walks a shortest path on every task; 6/6 has the 95% Wilson interval [61.0, 100.0]
+    assert "| expert | 100.0 [61.0, 100.0] |" in result.stdout
     assert "| random |" in result.stdout
     with (tmp_path / "eval.csv").open() as handle:
         rows = {r["agent"]: r for r in csv.DictReader(handle)}
@@ -166,10 +167,15 @@ def test_eval_household_table_has_the_paper_columns():
         "eval", "--env", "gagpo_gym/MiniHouse-v0", "--env-kwargs", '{"size": "small"}', "--n-tasks", "6", "--expert"
     )
     assert code == 0, stderr
-    assert "| agent | Pick | Look | Clean | Heat | Cool | Pick2 | All | Won steps | Length |" in stdout
+    header = next(line for line in stdout.splitlines() if line.startswith("| agent"))
+    assert [c.strip().split(" (n=")[0] for c in header.strip("|").split("|")][:10] == [
+        "agent", "Pick", "Look", "Clean", "Heat", "Cool", "Pick2", "All", "Won steps", "Length"
+    ]  # fmt: skip
     (expert,) = parse_table(stdout)
-    played = [c for c in ("Pick", "Look", "Clean", "Heat", "Cool", "Pick2") if expert[c] != "-"]
-    assert played and all(expert[c] == "100.0" for c in played) and expert["All"] == "100.0"
+    counts = {c.split(" (n=")[0]: int(c.split(" (n=")[1].rstrip(")")) for c in expert if " (n=" in c}
+    assert sum(counts.values()) == 6  # every game counted under its type
+    played = [c for c in expert if " (n=" in c and expert[c] != "-"]
+    assert played and all(expert[c].startswith("100.0 [") for c in played) and expert["All"].startswith("100.0 [")
 
 
 def test_eval_puts_a_saved_agent_beside_the_references(trained):
@@ -178,7 +184,7 @@ def test_eval_puts_a_saved_agent_beside_the_references(trained):
     assert code == 0, stderr
     rows = parse_table(stdout)
     assert [r["agent"] for r in rows] == ["tiny", "expert"]
-    assert rows[1]["Success"] == "100.0" and 0.0 <= float(rows[0]["Success"]) <= 100.0
+    assert rows[1]["Success"] == "100.0 [43.9, 100.0]" and 0.0 <= float(rows[0]["Success"].split()[0]) <= 100.0
 
 
 def test_eval_takes_the_env_and_its_kwargs_from_the_saved_agent(trained):
@@ -284,3 +290,131 @@ def test_train_takes_key_backoff_as_a_list_of_keys():
     overrides = train.config_overrides(args, names)
     assert overrides == {"key_backoff": ["observation", "group"]}
     assert GAGPOConfig.from_dict(overrides).key_backoff == ("observation", "group")
+
+
+# ----- issue 22: train.py's evaluation table, --until, your own env, Ctrl-C ------------------------------------
+def test_train_eval_tasks_prints_the_household_table(tmp_path):
+    """Before: ``KeyError: 'episodes'`` after training on MiniHouse (and ALFWorld): the table read episode rows
+    that ``evaluate()`` leaves out by default."""
+    code, stdout, stderr = call(
+        "train", "--env", "gagpo_gym/MiniHouse-v0", "--env-kwargs", '{"size": "small"}', *TINY_AGENT,
+        "--total-timesteps", "20", "--eval-tasks", "6", "--quiet",
+    )  # fmt: skip
+    assert code == 0, stderr
+    (row,) = parse_table(stdout.split("Evaluation on", 1)[1])
+    assert row["agent"] == "gagpo" and row["Tasks"] == "6" and row["All"].endswith("]")  # rate [low, high]
+    counts = [int(c.split(" (n=")[1].rstrip(")")) for c in row if " (n=" in c]
+    assert sum(counts) == 6
+
+
+def test_resume_total_timesteps_means_more_and_until_means_up_to(trained, tmp_path):
+    help_text = " ".join(run("train.py", "--help").stdout.split())
+    assert "with --resume, this many MORE steps" in help_text and "--until N" in help_text
+    final = trained / "run" / "final"
+    before = json.loads((final / "agent.json").read_text())["num_timesteps"]
+    code, stdout, stderr = call("train", "--resume", str(final), "--until", str(before + 10), "--save-dir",
+                                str(tmp_path / "a"), "--quiet")  # fmt: skip
+    assert code == 0, stderr
+    after = json.loads((tmp_path / "a" / "final" / "agent.json").read_text())["num_timesteps"]
+    assert before + 10 <= after < before + 10 + 60  # up to the target, finishing the iteration in progress
+    code, stdout, stderr = call("train", "--resume", str(tmp_path / "a" / "final"), "--until", str(after),
+                                "--save-dir", str(tmp_path / "b"), "--quiet")  # fmt: skip
+    assert code == 0, stderr
+    assert f"already at {after} env steps (--until {after}): nothing to train" in stdout
+    assert json.loads((tmp_path / "b" / "final" / "agent.json").read_text())["num_timesteps"] == after
+    code, _, stderr = call("train", "--resume", str(final), "--until", "5", "--total-timesteps", "5")
+    assert code == 2 and "not allowed with argument" in stderr
+
+
+USER_ENV_MODULE = '''
+import gagpo_gym
+from gagpo_gym.core import TextEnv
+
+
+class Lamp(TextEnv):
+    """Turn the lamp on."""
+
+    def _new_task(self, options):
+        self.on, self.task, self.task_id = False, "Turn the lamp on.", "lamp"
+        return "The lamp is off."
+
+    def _execute(self, command):
+        self.on = self.won = command == "switch"
+        return ("The lamp is on." if self.on else "Nothing changes."), float(self.on), self.on
+
+    def admissible_actions(self):
+        return ["switch", "wait"]
+
+    def state_string(self):
+        return str(self.on)
+
+    def expert_action(self):
+        return "switch"
+
+
+gagpo_gym.register_text_env("UserLamp-v0", Lamp, max_episode_steps=4)
+'''
+
+
+def test_scripts_take_gymnasium_module_env_ids_and_agents_trained_on_them(tmp_path):
+    """``train.py --env my_envs:MyEnv-v0`` imports ``my_envs`` first (as ``gymnasium.make`` does); the saved agent keeps
+    the module in its env id, so ``eval.py`` rebuilds the env from the agent alone. Before: "unknown env"."""
+    (tmp_path / "lamp_envs.py").write_text(USER_ENV_MODULE)
+    env = {"PYTHONPATH": str(tmp_path)}
+    result = run_with(env, "train.py", "--env", "lamp_envs:UserLamp-v0", *TINY_AGENT, "--total-timesteps", "16",
+                      "--vec-mode", "async", "--save-dir", str(tmp_path / "run"), "--quiet")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    meta = json.loads((tmp_path / "run" / "final" / "agent.json").read_text())
+    assert meta["env_id"] == "lamp_envs:gagpo_gym/UserLamp-v0"
+    result = run_with(env, "eval.py", "--agent", str(tmp_path / "run" / "final"), "--name", "lamp", "--expert",
+                      "--n-tasks", "3", "--out", str(tmp_path / "eval"))  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("lamp_envs:gagpo_gym/UserLamp-v0  | tasks 0..2")
+    assert [r["agent"] for r in parse_table(result.stdout)] == ["lamp", "expert"]
+    assert parse_table(result.stdout)[1]["Success"].startswith("100.0 [")
+    result = run_with(env, "eval.py", "--env", "lamp_envs:NoSuchEnv-v0", "--expert")
+    assert result.returncode == 2 and "importing 'lamp_envs' did not register it" in result.stderr
+    result = run("eval.py", "--env", "no_such_module_xyz:Lamp-v0", "--expert")
+    assert result.returncode == 2 and result.stderr.count("\n") == 1
+    assert "cannot import 'no_such_module_xyz', the module part of env id" in result.stderr
+
+
+def run_with(extra_env: dict[str, str], script: str, *args: str, timeout: int = 120) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore", **extra_env}
+    return subprocess.run([sys.executable, str(SCRIPTS / script), *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=ROOT, env=env)  # fmt: skip
+
+
+def test_ctrl_c_in_async_mode_ends_with_one_line_and_exit_130(tmp_path):
+    """Before: three tracebacks (the main process and each env worker) and a death by SIGINT."""
+    import selectors
+    import signal
+    import time
+
+    proc = subprocess.Popen(
+        [sys.executable, str(SCRIPTS / "train.py"), "--env", "gagpo_gym/Maze-v0", "--env-kwargs", TINY_MAZE,
+         *TINY_AGENT, "--vec-mode", "async", "--total-timesteps", "100000", "--save-dir", str(tmp_path),
+         "--checkpoint-freq", "1"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+        env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"},
+        start_new_session=True,  # a process group of its own, as a terminal's job: Ctrl-C reaches every process
+    )  # fmt: skip
+    try:
+        selector = selectors.DefaultSelector()
+        selector.register(proc.stdout, selectors.EVENT_READ)
+        deadline, lines = time.monotonic() + 90, []
+        while len(lines) < 2 and time.monotonic() < deadline:  # two iterations: one checkpoint exists
+            if selector.select(timeout=1):
+                lines.append(proc.stdout.readline())
+        assert len(lines) == 2 and lines[-1].startswith("iter 2"), lines
+        os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C does
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr
+    (line,) = stderr.strip().splitlines()
+    assert line.startswith("interrupted: at ") and f"last checkpoint: {tmp_path / 'checkpoints'}" in line
+    checkpoint = line.split("--resume ")[1].rstrip(")")
+    assert (Path(checkpoint) / "agent.json").is_file()
