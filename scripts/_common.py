@@ -6,10 +6,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
 import sys
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -259,26 +258,6 @@ def write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
 
 
 # ----- Ctrl-C ----------------------------------------------------------------------------------------------
-@contextlib.contextmanager
-def workers_ignore_ctrl_c(enabled: bool = True) -> Iterator[None]:
-    """Worker processes started inside the block (``vec_mode="async"``) do not get Ctrl-C's SIGINT.
-
-    A terminal sends SIGINT to every process of the foreground group: each worker would die with its own
-    ``KeyboardInterrupt`` traceback while the main process is the one that stops the run. SIGINT is blocked in
-    this thread while the block runs; a worker forked or spawned then inherits the blocked mask (it ends with the
-    main process: the workers are daemons), and a Ctrl-C pressed meanwhile is delivered when the block ends.
-    ``enabled=False`` (no workers to start) does nothing.
-    """
-    if not enabled or not hasattr(signal, "pthread_sigmask"):  # nothing to start, or Windows
-        yield
-        return
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
-
-
 def interrupted(message: str) -> NoReturn:
     """End a script stopped by Ctrl-C: one line on stderr and exit code 130 (128 + SIGINT), as shells do."""
     from agents.callbacks import ProgressBar

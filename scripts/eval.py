@@ -48,7 +48,6 @@ from _common import (
     table_kind,
     table_legend,
     table_row,
-    workers_ignore_ctrl_c,
     write_csv,
 )
 
@@ -197,11 +196,10 @@ def warn(message: str) -> None:
 # ----- playing a row ----------------------------------------------------------------------------------------
 def evaluate_agent(path: str, env_id: str, env_kwargs: dict[str, Any], args: argparse.Namespace, bar) -> dict:
     from agents.evaluation import panel_progress
-    from agents.gagpo import AGENT_FILE, GAGPOAgent
+    from agents.gagpo import GAGPOAgent
 
-    vec_mode = json.loads((Path(path) / AGENT_FILE).read_text())["config"].get("vec_mode")
-    with workers_ignore_ctrl_c(vec_mode == "async"):  # such an agent starts its env workers on load
-        agent = GAGPOAgent.load(path, verbose=0, torch_threads=1)
+    # Playing needs no KL reference: none is built (nor its source looked for).
+    agent = GAGPOAgent.load(path, verbose=0, torch_threads=1, kl_coef=0.0)
     # The agent's own env (and any wrappers it was trained with) when the panel is on it; else the one given.
     own = agent.env_id is not None and _bare(agent.env_id) == _bare(env_id) and agent.env_kwargs == env_kwargs
     bar.set_description(bar.description.removesuffix(" (loading)"))

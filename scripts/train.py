@@ -34,7 +34,6 @@ from _common import (
     table_legend,
     table_row,
     validated_config,
-    workers_ignore_ctrl_c,
 )
 
 DEFAULT_TIMESTEPS = 20_000
@@ -158,8 +157,7 @@ def _main(args: argparse.Namespace, names: list[str], state: dict[str, Any]) -> 
         elif saved.get("env_id"):
             resolve_env_id(saved["env_id"])  # a module:id env imports its module; an unknown one is one line
         try:
-            with workers_ignore_ctrl_c({**saved_config, **overrides}.get("vec_mode") == "async"):
-                agent = GAGPOAgent.load(args.resume, env=env, verbose=verbose, log_dir=args.log_dir, **overrides)
+            agent = GAGPOAgent.load(args.resume, env=env, verbose=verbose, log_dir=args.log_dir, **overrides)
         except (OSError, ValueError) as err:
             fail(str(err).splitlines()[0])
         state["resumed"] = args.resume
@@ -172,16 +170,15 @@ def _main(args: argparse.Namespace, names: list[str], state: dict[str, Any]) -> 
         estimator = overrides.pop("estimator", "gagpo")
         validated_config({"estimator": estimator, **overrides})
         try:
-            with workers_ignore_ctrl_c(overrides.get("vec_mode") == "async"):  # workers leave Ctrl-C to us
-                agent = GAGPOAgent(
-                    env_id,
-                    model=args.model,
-                    estimator=estimator,
-                    env_kwargs=env_kwargs,
-                    verbose=verbose,
-                    log_dir=args.log_dir,
-                    **overrides,
-                )
+            agent = GAGPOAgent(
+                env_id,
+                model=args.model,
+                estimator=estimator,
+                env_kwargs=env_kwargs,
+                verbose=verbose,
+                log_dir=args.log_dir,
+                **overrides,
+            )
         except (OSError, ValueError) as err:
             fail(str(err).splitlines()[0])
     state["agent"] = agent
