@@ -10,6 +10,7 @@ combination (vLLM + ALFWorld + LoRA) trains one iteration of SmolLM2 on real ALF
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import sys
@@ -212,3 +213,34 @@ def test_paper_setting_smollm2_lora_vllm_trains_on_real_alfworld(vllm, smollm2: 
           f"weight sync {record['time/weight_sync_s']:.3f}s, "
           f"rollout log-prob gap {record['rollout/logp_gap_max']:.2e}, after the update {gap:.2e} "
           f"(the update moved them {update:.2e})")  # fmt: skip
+
+
+@pytest.mark.vllm
+def test_a_weight_the_engine_did_not_take_is_warned_about(vllm, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A weight whose name vLLM's loader does not match keeps its dummy random values (vLLM only logs it): the
+    first recompute sees the sampler's log-probs far from the trainer's and says so."""
+    import agents.vllm_backend as backend
+
+    real = backend.checkpoint_weights
+
+    @contextlib.contextmanager
+    def one_weight_lost(model):
+        with real(model) as weights:
+            yield ((n, t) for n, t in weights if n != "model.layers.0.mlp.down_proj.weight")
+
+    monkeypatch.setattr(backend, "checkpoint_weights", one_weight_lost)
+    agent = GAGPOAgent(ENV, tiny_heads=2, **{**SMALL, "num_groups": 1, "group_size": 2})
+    with pytest.warns(UserWarning, match="other weights than the trainer"):
+        agent.learn(1)
+
+
+@pytest.mark.vllm
+def test_a_prompt_over_the_budget_reaches_the_engine_cut_to_it(vllm) -> None:
+    """The engine is sized max_prompt_tokens + max_new_tokens: a prompt that overflows even without history is cut
+    to the budget by the prompt builder instead of crashing the engine."""
+    agent = GAGPOAgent(ENV, tiny_heads=2, **{**SMALL, "num_groups": 1, "group_size": 2, "max_prompt_tokens": 24})
+    logs = Capture()
+    agent.set_logger(Logger(folder=None, output_formats=[logs]))
+    agent.learn(1)
+    assert logs.dumps[-1]["rollout/prompt_overflows"] > 0
+    assert all(len(r.prompt_ids) == 24 for r in agent.buffer.rows)
