@@ -169,20 +169,26 @@ class GroupRolloutBuffer:
         """Apply batch-level normalisation (GAGPO with normalize="batch", and the PPO baseline).
 
         ``reduce`` sums a few numbers over the ranks of a distributed run, so that the batch is every rank's rows.
+        Groups zeroed by ``zero_failed_groups`` stay exactly 0: they are left out of the batch's mean and std (as
+        under per-group normalisation, where they take no part either), so no constant shift reaches them.
         """
         if not self.complete:
             raise RuntimeError("finalize() called while episodes are still running")
         c = self.config
         if (c.estimator == "gagpo" and c.normalize == "batch") or c.estimator == "ppo":
+            zeroed = {g for g in self.finished_groups if self._zeroed(self._group_rows(g))}
+            kept = np.array([r.group not in zeroed for r in self.rows], dtype=bool)
             a = self.advantages()
+            out = np.zeros_like(a)
             if reduce is None:
-                a = adv.normalize_advantages(a, mode="batch", eps=c.adv_eps)
+                out[kept] = adv.normalize_advantages(a[kept], mode="batch", eps=c.adv_eps)
             else:
-                n, total, squares = reduce([a.size, a.sum(), np.square(a).sum()])
+                b = a[kept]
+                n, total, squares = reduce([b.size, b.sum(), np.square(b).sum()])
                 mean = total / max(n, 1)
                 std = np.sqrt(max(squares - n * mean**2, 0.0) / (n - 1)) if n > 1 else 0.0
-                a = (a - mean) / (std + c.adv_eps) if n > 1 else np.zeros_like(a)
-            for r, ai in zip(self.rows, a):
+                out[kept] = (b - mean) / (std + c.adv_eps) if n > 1 else 0.0
+            for r, ai in zip(self.rows, out):
                 r.advantage = float(ai)
         if c.estimator == "gagpo" and c.normalize == "batch" and c.episode_coef:
             # As gagpo_advantages adds it: episode_coef * GRPO advantage, after normalisation.

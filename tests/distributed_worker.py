@@ -1,11 +1,13 @@
 """Run by tests/test_distributed.py: two GAGPO iterations, as one process or as one rank of a torchrun launch.
 
     python tests/distributed_worker.py OUT                  # 4 groups in one process
-    torchrun --standalone --nproc_per_node 2 tests/distributed_worker.py OUT [--fsdp] [--generate]  # 2 ranks x 2 groups
+    torchrun --standalone --nproc_per_node 2 tests/distributed_worker.py OUT [--fsdp] [--generate] [--resume]
 
 The update runs with the default settings (several epochs, several minibatches of ``minibatch_size`` actions).
 Each rank writes its rows' advantages keyed by (iteration, group, member, step) to OUT/rows_<rank>.json; the agent
-after the second update is saved to OUT/agent (under FSDP: gathered from the shards).
+after the second update is saved to OUT/agent (under FSDP: gathered from the shards). ``--resume`` also saves the
+agent after the first update to OUT/mid, loads it in the same launch (under FSDP: resharded, the optimizer state
+set from the saved full state), trains the second iteration again and saves that to OUT/resumed.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from agents import GAGPOAgent  # noqa: E402
 
 
-def main(out: Path, fsdp: bool, generate: bool) -> None:
+def main(out: Path, fsdp: bool, generate: bool, resume: bool = False) -> None:
     out.mkdir(parents=True, exist_ok=True)
     mode = {"action_mode": "generate", "max_new_tokens": 6} if generate else {}  # generate: the sampler runs first
     agent = GAGPOAgent(
@@ -33,10 +35,16 @@ def main(out: Path, fsdp: bool, generate: bool) -> None:
     for iteration in range(2):  # the second rollout is played by the updated policy
         agent.learn(1, reset_num_timesteps=iteration == 0)
         rows |= {f"{iteration}/{key}": a for key, a in advantages(agent).items()}
+        if resume and iteration == 0:
+            agent.save(out / "mid")
     c = agent.config
     summary = {"rows": rows, "steps": agent.num_timesteps, "minibatch_size": c.minibatch_size, "n_epochs": c.n_epochs}
     (out / f"rows_{agent.dist.rank}.json").write_text(json.dumps(summary))
     agent.save(out / "agent")
+    if resume:
+        resumed = GAGPOAgent.load(out / "mid", verbose=0)
+        resumed.learn(1, reset_num_timesteps=False)
+        resumed.save(out / "resumed")
 
 
 def advantages(agent: GAGPOAgent) -> dict[str, float]:
@@ -57,4 +65,4 @@ def advantages(agent: GAGPOAgent) -> dict[str, float]:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]), "--fsdp" in sys.argv[2:], "--generate" in sys.argv[2:])
+    main(Path(sys.argv[1]), "--fsdp" in sys.argv[2:], "--generate" in sys.argv[2:], "--resume" in sys.argv[2:])

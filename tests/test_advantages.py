@@ -642,8 +642,16 @@ def test_empty_input_gives_empty_float_array(name):
 
 
 def test_empty_step_group_stats():
-    stats = step_group_stats(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
-    assert stats["rows"] == 0 and stats["sets"] == 0 and stats["singleton_row_share"] == 0.0
+    empty = np.zeros(0, dtype=np.int64)
+    stats = step_group_stats(empty, empty, backoff_keys=[empty, empty])
+    assert stats == {"rows": 0, "sets": 0, "singleton_row_share": 0.0, "singleton_set_share": 0.0,
+                     "set_size_mean": 0.0, "set_size_median": 0.0, "set_size_max": 0, "level_shares": [0.0] * 3,
+                     "unresolved_share": 0.0}  # fmt: skip
+    groups, keys, level = np.zeros(3, dtype=np.int64), np.array([1, 1, 2]), [np.zeros(3, dtype=np.int64)]
+    assert stats.keys() == step_group_stats(groups, keys, backoff_keys=level).keys()
+    # The default min count is 2: the pair of key 1 resolves at its own level, key 2 backs off.
+    assert step_group_stats(groups, keys, backoff_keys=level)["level_shares"] == pytest.approx([2 / 3, 1 / 3])
+    assert step_group_stats(groups, keys, backoff_keys=level, backoff_min_count=3)["level_shares"] == [0.0, 1.0]
 
 
 @pytest.mark.parametrize("name", ESTIMATORS)

@@ -165,7 +165,9 @@ def reference_advantages(config: GAGPOConfig, **kwargs: Any) -> dict[tuple[int, 
             normalize=kwargs.get("normalize", c.normalize), bootstrap_truncated=c.bootstrap_truncated,
         )  # fmt: skip
     elif c.estimator == "gigpo":
-        a = adv.gigpo_advantages(rewards, episodes, groups, keys, gamma=c.gamma, omega=c.omega, eps=c.adv_eps)
+        a = adv.gigpo_advantages(
+            rewards, episodes, groups, keys, gamma=c.gamma, omega=c.omega, eps=c.adv_eps, std_norm=c.gigpo_std_norm
+        )
     elif c.estimator == "grpo":
         a = adv.grpo_advantages(rewards, episodes, groups, eps=c.adv_eps)
     else:
@@ -173,9 +175,11 @@ def reference_advantages(config: GAGPOConfig, **kwargs: Any) -> dict[tuple[int, 
     return {(ep, t): float(x) for (ep, t, _, _), x in zip(layout, a)}
 
 
-@pytest.mark.parametrize("estimator", ["gagpo", "gigpo", "grpo", "rloo"])
+@pytest.mark.parametrize("estimator", ["gagpo", "gigpo", "gigpo-std", "grpo", "rloo"])
 def test_buffer_staggered_episode_ends(estimator: str) -> None:
-    config = GAGPOConfig(estimator=estimator, lam=0.7)
+    # Settings off their defaults, so that dropping one on the way to the estimator changes the advantages.
+    config = GAGPOConfig(estimator=estimator.split("-")[0], lam=0.7, gamma=0.8, omega=0.6, adv_eps=0.05,
+                         gigpo_std_norm=estimator == "gigpo-std")  # fmt: skip
     buffer = GroupRolloutBuffer(config)
     buffer.start_group(0, [10, 11, 12])
     buffer.start_group(1, [20, 21])
@@ -201,24 +205,87 @@ def test_buffer_staggered_episode_ends(estimator: str) -> None:
     for k in expected:
         assert got[k] == pytest.approx(expected[k], abs=1e-12), k
     assert any(abs(v) > 0.1 for v in got.values())
+    buffer.finalize()  # per-group estimators: nothing left to do over the batch
+    assert {(r.episode, r.prompt_ids[1]): r.advantage for r in buffer.rows} == got
 
 
-def test_buffer_zero_failed_groups() -> None:
-    plain, zeroed = GroupRolloutBuffer(GAGPOConfig()), GroupRolloutBuffer(GAGPOConfig(zero_failed_groups=True))
+@pytest.mark.parametrize(
+    "settings", [{}, {"normalize": "none"}, {"normalize": "batch"}, {"estimator": "ppo"}, {"estimator": "gigpo"}]
+)
+def test_buffer_zero_failed_groups(settings: dict) -> None:
+    """A group in which nothing succeeded gets exactly 0 in every mode; under batch normalisation (GAGPO's
+    normalize="batch", the ppo estimator) it is left out of the batch's mean and std, so no shift reaches it."""
+    plain, zeroed = (
+        GroupRolloutBuffer(GAGPOConfig(**settings)),
+        GroupRolloutBuffer(GAGPOConfig(zero_failed_groups=True, **settings)),
+    )
     for buffer in (plain, zeroed):
         buffer.start_group(0, [10, 11, 12])
         buffer.start_group(1, [20, 21])
-        for row in staggered_rows():
+        for k, row in enumerate(staggered_rows()):
+            row.value = 0.1 * (k % 3)  # the ppo estimator's critic
             buffer.add(row)
-    a, z = plain.advantages(), zeroed.advantages()
+    raw = plain.advantages()
     in_failed = np.array([r.group == 1 for r in plain.rows])
-    assert np.abs(a[in_failed]).max() > 0.1  # penalties alone give GAGPO non-zero advantages there
-    assert np.all(z[in_failed] == 0)
-    np.testing.assert_array_equal(z[~in_failed], a[~in_failed])
+    assert not any(r.won for r in plain.rows if r.group == 1) and any(r.won for r in plain.rows if r.group == 0)
+    assert np.abs(raw[in_failed]).max() > 1e-3  # penalties alone give non-zero advantages there
+    batch = settings.get("normalize") == "batch" or settings.get("estimator") == "ppo"
+    plain.finalize()
+    zeroed.finalize()
+    a, z = plain.advantages(), zeroed.advantages()
+    assert np.abs(z[in_failed]).max() == 0
+    if batch:  # the succeeding groups are normalised among themselves
+        kept = raw[~in_failed]
+        expected = (kept - kept.mean()) / (kept.std(ddof=1) + GAGPOConfig().adv_eps)
+        np.testing.assert_allclose(z[~in_failed], expected, atol=1e-12)
+        assert np.abs(z[~in_failed] - a[~in_failed]).max() > 1e-3  # not the whole batch's statistics
+    else:
+        np.testing.assert_array_equal(z[~in_failed], a[~in_failed])
+
+
+def test_buffer_batch_normalisation_reduced_over_ranks_equals_one_buffer() -> None:
+    """finalize(reduce=...) as two ranks run it (each holds one group; reduce sums the moments of both) gives
+    exactly the one-buffer normalisation, zeroed failed groups included."""
+    import copy
+
+    config = GAGPOConfig(normalize="batch", zero_failed_groups=True)
+    rows = staggered_rows()
+    whole, ranks = GroupRolloutBuffer(config), {0: GroupRolloutBuffer(config), 1: GroupRolloutBuffer(config)}
+    for group, episodes in ((0, [10, 11, 12]), (1, [20, 21])):
+        whole.start_group(group, episodes)
+        ranks[group].start_group(group, episodes)
+    for row in rows:
+        whole.add(copy.copy(row))
+        ranks[row.group].add(copy.copy(row))
+    moments = {}
+    for rank, buffer in ranks.items():  # what each rank hands to the all-reduce
+        copy.deepcopy(buffer).finalize(lambda v, rank=rank: moments.setdefault(rank, np.asarray(v, dtype=float)))
+    assert moments[1][0] == 0  # the failed group's rows are not counted
+    for buffer in ranks.values():
+        buffer.finalize(lambda v: moments[0] + moments[1])
+    whole.finalize()
+    expected = {(r.episode, r.prompt_ids[1]): r.advantage for r in whole.rows}
+    got = {(r.episode, r.prompt_ids[1]): r.advantage for b in ranks.values() for r in b.rows}
+    assert got.keys() == expected.keys() and max(abs(got[k] - expected[k]) for k in got) < 1e-12
+    assert max(abs(v) for v in got.values()) > 0.5
+    # Batches of one and two rows (one won step, then a lost one beside it): 0, then +-1/sqrt(2) either way.
+    for rewards in ([1.0], [1.0, 0.0]):
+        results = []
+        for reduce in (None, lambda v: np.asarray(v, dtype=float)):
+            buffer = GroupRolloutBuffer(config)
+            buffer.start_group(0, list(range(len(rewards))))
+            for ep, reward in enumerate(rewards):
+                buffer.add(Row(group=0, episode=ep, prompt_ids=[ep, 0], old_logp=np.zeros(1), reward=reward,
+                               state_key=1, next_state_key=2, terminated=True, done=True, won=reward > 0))  # fmt: skip
+            buffer.finalize(reduce)
+            results.append(buffer.advantages())
+        np.testing.assert_allclose(results[0], results[1], atol=1e-12)
+        expected = [0.0] if len(rewards) == 1 else [2**-0.5, -(2**-0.5)]
+        np.testing.assert_allclose(results[1], expected, atol=1e-5)
 
 
 def test_buffer_batch_normalisation() -> None:
-    config = GAGPOConfig(normalize="batch")
+    config = GAGPOConfig(normalize="batch", adv_eps=0.05)  # an eps that shows
     buffer = GroupRolloutBuffer(config)
     buffer.start_group(0, [10, 11, 12])
     buffer.start_group(1, [20, 21])
@@ -234,7 +301,7 @@ def test_buffer_batch_normalisation() -> None:
 
 
 def test_buffer_ppo_value_targets() -> None:
-    config = GAGPOConfig(estimator="ppo", gae_lambda=0.9)
+    config = GAGPOConfig(estimator="ppo", gae_lambda=0.9, gamma=0.8)
     buffer = GroupRolloutBuffer(config)
     buffer.start_group(0, [10, 11, 12])
     buffer.start_group(1, [20, 21])
@@ -257,6 +324,52 @@ def test_buffer_ppo_value_targets() -> None:
     assert a.mean() == pytest.approx(0, abs=1e-12) and a.std(ddof=1) == pytest.approx(1, abs=1e-5)
 
 
+def test_buffer_minibatches_cover_each_row_once_per_epoch_and_split_exactly_over_ranks() -> None:
+    """The update's plan: every row once per epoch in ceil(rows / minibatch_size) nearly equal minibatches, drawn
+    from the rng alone (not from the rows' arrival order); ranks holding some groups each get their part of the
+    one-process minibatches."""
+
+    def key(row: Row) -> tuple[int, int]:
+        return row.episode, row.prompt_ids[1]
+
+    def filled(groups: tuple[int, ...], rows: list[Row]) -> GroupRolloutBuffer:
+        buffer = GroupRolloutBuffer(GAGPOConfig())
+        for g in groups:
+            buffer.start_group(g, sorted({r.episode for r in rows if r.group == g}))
+        for row in rows:
+            if row.group in groups:
+                buffer.add(row)
+        return buffer
+
+    rows = staggered_rows()
+    whole = filled((0, 1), rows)
+    plan = [[[key(r) for r in mb] for mb in epoch] for epoch in whole.minibatches(np.random.default_rng(3), 3, 4)]
+    assert len(plan) == 3 and all(len(epoch) == math.ceil(len(rows) / 4) for epoch in plan)
+    for epoch in plan:
+        assert sorted(k for mb in epoch for k in mb) == sorted(key(r) for r in rows)
+        assert max(map(len, epoch)) - min(map(len, epoch)) <= 1
+    assert plan[0] != plan[1]  # a new permutation every epoch
+    assert len(whole.minibatches(np.random.default_rng(3), 1, len(rows) + 5)[0]) == 1  # one, not an empty one
+    reordered = filled((0, 1), sorted(rows, key=lambda r: (-r.group, r.prompt_ids[1])))  # group 1's rows first
+    assert [[[key(r) for r in mb] for mb in e] for e in reordered.minibatches(np.random.default_rng(3), 3, 4)] == plan
+    # Two ranks, one group each: gather hands every rank both ranks' layouts (its own included), in rank order.
+    ranks = {g: filled((g,), rows) for g in (0, 1)}
+    layouts = {g: [(g, sum(r.group == g for r in rows))] for g in (0, 1)}
+
+    def gather(obj, rank: int) -> list:
+        assert obj == layouts[rank]
+        return [layouts[0], layouts[1]]
+
+    parts = {
+        g: buffer.minibatches(np.random.default_rng(3), 3, 4, gather=lambda obj, g=g: gather(obj, g))
+        for g, buffer in ranks.items()
+    }
+    for e, epoch in enumerate(plan):
+        for m, minibatch in enumerate(epoch):
+            assert sorted(key(r) for g in (0, 1) for r in parts[g][e][m]) == sorted(minibatch)
+            assert all(r.group == g for g in (0, 1) for r in parts[g][e][m])
+
+
 def test_buffer_rejects_inconsistent_use() -> None:
     buffer = GroupRolloutBuffer(GAGPOConfig())
     buffer.start_group(0, [1, 2])
@@ -265,6 +378,14 @@ def test_buffer_rejects_inconsistent_use() -> None:
     row = staggered_rows()[0]
     with pytest.raises(ValueError, match="episode 10 of group 0 is not running"):
         buffer.add(row)
+    row.group = 5  # a group never started
+    with pytest.raises(ValueError, match="episode 10 of group 5 is not running"):
+        buffer.add(row)
+    buffer.start_group(7, [30])
+    buffer.add(Row(group=7, episode=30, prompt_ids=[30, 0], old_logp=np.zeros(1), reward=1.0, state_key=1,
+                   next_state_key=2, terminated=True, done=True, won=True))  # fmt: skip
+    with pytest.raises(ValueError, match="group 7 was already started"):  # finished, but still in this rollout
+        buffer.start_group(7, [31])
     with pytest.raises(RuntimeError, match="still running"):
         buffer.finalize()
 
@@ -388,14 +509,15 @@ def loss_inputs() -> tuple[torch.Tensor, ...]:
     return logp, old, torch.tensor(MASK, dtype=torch.float32), torch.tensor(ADV)
 
 
-def test_clipped_policy_loss_per_action_by_hand() -> None:
+@pytest.mark.parametrize("clip_low, clip_high", [(0.2, 0.2), (0.1, 0.3)])  # asymmetric: the bounds are not swapped
+def test_clipped_policy_loss_per_action_by_hand(clip_low: float, clip_high: float) -> None:
     logp, old, mask, advantage = loss_inputs()
-    loss, info = clipped_policy_loss(logp, old, mask, advantage, clip_low=0.2, clip_high=0.2, ratio="action")
-    terms, clipped = [], 0
+    loss, info = clipped_policy_loss(logp, old, mask, advantage, clip_low=clip_low, clip_high=clip_high, ratio="action")
+    terms, clipped, low, high = [], 0, 1 - clip_low, 1 + clip_high
     for lr, m, a in zip(LOG_RATIO, MASK, ADV):
         rho = math.exp(sum(x for x, keep in zip(lr, m) if keep) / sum(m))
-        clipped += rho < 0.8 or rho > 1.2
-        terms.append(min(rho * a, min(max(rho, 0.8), 1.2) * a))
+        clipped += rho < low or rho > high
+        terms.append(min(rho * a, min(max(rho, low), high) * a))
     assert float(loss.detach()) == pytest.approx(-sum(terms) / 4, abs=1e-6)
     assert float(info["clip_fraction"]) == pytest.approx(clipped / 4) and clipped == 3
     loss.backward()
@@ -405,6 +527,28 @@ def test_clipped_policy_loss_per_action_by_hand() -> None:
     assert torch.all(logp.grad[mask == 0] == 0)  # padding never matters
     # d loss / d logp of row 1, token 0 = -(1/4) * rho * A / n_tokens, n_tokens = 1
     assert float(logp.grad[1, 0]) == pytest.approx(-math.exp(-0.5) * 2.0 / 4, abs=1e-6)
+
+
+def test_clipped_policy_loss_defaults_ratio_deviation_and_edges() -> None:
+    logp, old, mask, advantage = loss_inputs()
+    default, info = clipped_policy_loss(logp, old, mask, advantage)  # clip 0.2 / 0.2, one ratio per action
+    explicit, _ = clipped_policy_loss(logp, old, mask, advantage, clip_low=0.2, clip_high=0.2, ratio="action")
+    assert float(default.detach()) == float(explicit.detach())
+    # The largest |ratio - 1|: per action, or per real token (the padding's log-ratio of 9 is not one).
+    rhos = [math.exp(sum(x for x, keep in zip(lr, m) if keep) / sum(m)) for lr, m in zip(LOG_RATIO, MASK)]
+    assert float(info["ratio_dev_max"]) == pytest.approx(max(abs(r - 1) for r in rhos), rel=1e-6)
+    _, token = clipped_policy_loss(logp, old, mask, advantage, ratio="token")
+    real = [math.exp(x) for lr, m in zip(LOG_RATIO, MASK) for x, keep in zip(lr, m) if keep]
+    assert float(token["ratio_dev_max"]) == pytest.approx(max(abs(r - 1) for r in real), rel=1e-6)
+    # A ratio exactly on the bound is not clipped (clip 0: the bound is 1, the on-policy ratio).
+    for ratio in ("action", "token"):
+        _, on_bound = clipped_policy_loss(old, old, mask, advantage, clip_low=0.0, clip_high=0.0, ratio=ratio)
+        assert float(on_bound["clip_fraction"]) == 0.0 and float(on_bound["ratio_dev_max"]) == 0.0
+    # One action of one token: every mean is over that one term.
+    one = torch.tensor([[0.4]])
+    loss, info = clipped_policy_loss(one, torch.zeros(1, 1), torch.ones(1, 1), torch.tensor([2.0]), ratio="token")
+    assert float(loss) == pytest.approx(-1.2 * 2.0) and float(info["clip_fraction"]) == 1.0
+    assert float(info["approx_kl"]) == pytest.approx(math.exp(0.4) - 1 - 0.4, rel=1e-6)
 
 
 def test_clipped_policy_loss_per_token_by_hand() -> None:
@@ -438,6 +582,9 @@ def test_k3_kl_by_hand() -> None:
 
     assert got.tolist() == pytest.approx([(k3(-1, -1.5) + k3(-2, -1) + 0) / 3, k3(-0.3, -0.1)], abs=1e-6)
     assert torch.all(got >= 0) and float(k3_kl(logp, logp, mask).abs().max()) == 0
+    # A token the policy gives probability 0 (log-prob -inf): the clamped log-ratio keeps the estimate finite.
+    impossible = k3_kl(torch.tensor([[-float("inf"), -1.0]]), torch.tensor([[-1.0, -1.0]]), torch.ones(1, 2))
+    assert float(impossible) == pytest.approx(10 / 2)
 
 
 # ----- the agent: persistence, callbacks, reproducibility, errors, logging -------------------------------
@@ -655,7 +802,8 @@ def test_logged_keys() -> None:
     with_kl = make_agent(seed=9, kl_coef=0.1)
     kl_logs = capture_logs(with_kl)
     with_kl.learn(10)
-    assert kl_logs.dumps[0]["train/kl"] >= 0
+    # 0 on the first minibatch (the policy is the reference), positive once an update has moved it away.
+    assert kl_logs.dumps[0]["train/kl"] > 0
 
 
 def test_info_at_reads_vectorised_infos() -> None:
@@ -702,9 +850,11 @@ def learning_run(seed: int, budget: int = 5000, **overrides: Any) -> dict[str, f
 def test_agent_learns_signs_well_above_random() -> None:
     """A short budget takes the sampled policy from random (about 0.2) to far above it on unseen tasks.
 
-    Measured on this CPU, seeds 0-5 at 5000 env steps: random 0.14-0.22, after 0.82-1.0 (four of six at 1.0).
+    Measured on this CPU, seeds 0-5 at 5000 env steps: random 0.14-0.22, after 0.82-1.0 (four of six at 1.0); the
+    greedy policy (what evaluate() plays by default) 1.0 on seed 0.
     """
     result = learning_run(seed=0)
     assert result["random"] < 0.35, result
     assert result["after"] >= result["random"] + 0.45, result
     assert result["after"] >= result["before"] + 0.45, result
+    assert result["greedy"] >= result["random"] + 0.45, result

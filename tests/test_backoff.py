@@ -111,9 +111,25 @@ def test_backoff_keys_reach_the_agent_through_the_vector_env() -> None:
         venv.close()
 
 
+def test_the_agent_keys_each_row_by_the_state_it_acted_from() -> None:
+    """Each row's back-off keys are those of the state the action was taken in (as its state_key), not of the
+    state it led to."""
+    from agents import GAGPOAgent
+
+    agent = GAGPOAgent(MAZE, env_kwargs={**SMALL_MAZE, "max_episode_steps": 6}, state_key="observation",
+                       key_backoff=("observation", "group"), num_groups=1, group_size=2, tiny_hidden_size=32,
+                       n_epochs=1, torch_threads=1, verbose=0, seed=0)  # fmt: skip
+    agent.learn(1)
+    rows = agent.buffer.rows
+    assert any(r.state_key != r.next_state_key for r in rows)  # the agent moved: the two keys differ somewhere
+    assert [r.backoff_keys for r in rows] == [(r.state_key, 0) for r in rows]
+
+
 def test_keys_from_names_the_missing_keys() -> None:
     with pytest.raises(ValueError, match=r"lacks the back-off keys \['state'\].*backoff=\('group', 'state'\)"):
         Row.keys_from({"keys": {"group": 0}}, ("group", "state"))
+    with pytest.raises(ValueError, match=r"lacks the back-off keys \['group'\]"):
+        Row.keys_from({}, ("group",))  # an env not wrapped for back-off at all
     assert Row.keys_from({}, ()) == ()
 
 
@@ -174,7 +190,7 @@ def direct(config: GAGPOConfig, normalize: str | None = None, episode_coef: floa
             gamma=config.gamma, lam=config.lam, eps=config.adv_eps,
             normalize=normalize or config.normalize,
             backoff_keys=[np.array([step[1] for *_, step in layout]), np.zeros(len(layout), dtype=np.int64)],
-            backoff_min_count=config.backoff_min_count,
+            backoff_min_count=config.backoff_min_count, bootstrap_truncated=config.bootstrap_truncated,
             episode_coef=config.episode_coef if episode_coef is None else episode_coef,
         )  # fmt: skip
         out |= {(ep, t): float(x) for (ep, t, _), x in zip(layout, a)}
@@ -192,6 +208,8 @@ def test_buffer_passes_backoff_keys_and_episode_coef(min_count: int, episode_coe
     buffer = filled(config)
     expected = direct(config)
     assert got(buffer) == pytest.approx(expected, abs=1e-12)
+    buffer.finalize()  # per-group normalisation: the episode term is in already, not added again
+    assert got(buffer) == pytest.approx(expected, abs=1e-12)
     # Back-off matters here: without it the advantages differ.
     plain = GAGPOConfig(episode_coef=episode_coef)
     buffer_plain = GroupRolloutBuffer(plain)
@@ -202,8 +220,19 @@ def test_buffer_passes_backoff_keys_and_episode_coef(min_count: int, episode_coe
     assert max(abs(got(buffer_plain)[k] - v) for k, v in expected.items()) > 0.1
 
 
+@pytest.mark.parametrize("bootstrap", [True, False])
+def test_buffer_passes_bootstrap_truncated(bootstrap: bool) -> None:
+    """Episode 11 is cut in state 2, which episode 10 goes on from to a reward: bootstrapping from it or not
+    changes the advantages, and the buffer follows the config either way."""
+    config = GAGPOConfig(key_backoff=("observation", "group"), bootstrap_truncated=bootstrap)
+    expected = direct(config)
+    assert got(filled(config)) == pytest.approx(expected, abs=1e-12)
+    other = direct(dataclasses.replace(config, bootstrap_truncated=not bootstrap))
+    assert max(abs(expected[k] - other[k]) for k in expected) > 0.01
+
+
 def test_buffer_batch_normalisation_adds_the_episode_term_after_it() -> None:
-    config = GAGPOConfig(key_backoff=("observation", "group"), normalize="batch", episode_coef=0.5)
+    config = GAGPOConfig(key_backoff=("observation", "group"), normalize="batch", episode_coef=0.5, adv_eps=0.05)
     buffer = filled(config)
     raw = direct(config, normalize="none", episode_coef=0.0)
     keys = [(r.episode, r.prompt_ids[1]) for r in buffer.rows]
@@ -220,10 +249,16 @@ def test_buffer_zero_failed_groups_zeroes_the_episode_term_too() -> None:
     config = GAGPOConfig(key_backoff=("observation", "group"), normalize="batch", episode_coef=0.5,
                          zero_failed_groups=True)  # fmt: skip
     buffer = filled(config)
-    buffer.finalize()
     failed = np.array([r.group == 1 for r in buffer.rows])  # group 1 never wins
+    raw = buffer.advantages()[~failed]
+    buffer.finalize()
     a = buffer.advantages()
-    assert np.all(a[failed] == a[failed][0])  # only the batch shift of the zeros, no episode term
+    assert np.all(a[failed] == 0)  # no batch shift (they are left out of the moments), no episode term
+    keys = [(r.episode, r.prompt_ids[1]) for r, f in zip(buffer.rows, failed) if not f]
+    grpo, plain = direct(config, normalize="none", episode_coef=1.0), direct(config, normalize="none", episode_coef=0.0)
+    term = np.array([grpo[k] - plain[k] for k in keys])
+    normalised = (raw - raw.mean()) / (raw.std(ddof=1) + config.adv_eps)
+    np.testing.assert_allclose(a[~failed], normalised + 0.5 * term, atol=1e-12)
     assert np.abs(a[~failed]).max() > 0.1
 
 
@@ -234,13 +269,15 @@ def test_buffer_rejects_rows_without_the_configured_keys() -> None:
         buffer.add(buffer_rows(with_keys=False)[0])
 
 
-def test_buffer_key_stats_report_level_shares() -> None:
-    config = GAGPOConfig(key_backoff=("observation", "group"))
+@pytest.mark.parametrize("min_count", [2, 3])
+def test_buffer_key_stats_report_level_shares(min_count: int) -> None:
+    config = GAGPOConfig(key_backoff=("observation", "group"), backoff_min_count=min_count)
     stats = filled(config).key_stats()
     rows = buffer_rows()
     expected = adv.step_group_stats(
         np.array([r.group for r in rows]), np.array([r.state_key for r in rows]),
         backoff_keys=[np.array([r.backoff_keys[0] for r in rows]), np.zeros(len(rows), dtype=np.int64)],
+        backoff_min_count=min_count,
     )  # fmt: skip
     assert stats == expected
     assert len(stats["level_shares"]) == 3 and stats["level_shares"][1] > 0 and stats["level_shares"][2] > 0

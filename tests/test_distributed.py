@@ -40,7 +40,8 @@ def test_two_processes_equal_one_process(tmp_path: Path, engine: str) -> None:
     # generate mode: the run's first forward is the sampler's, through the inner model, not the FSDP root
     mode = ["--generate"] if engine.endswith("generate") else []
     run([sys.executable, worker, str(one), *mode], one)
-    run([*TORCHRUN, worker, str(two), *(["--fsdp"] if engine.startswith("fsdp") else []), *mode], two)
+    resume = ["--resume"] if engine == "fsdp" else []  # and the FSDP checkpoint of the first iteration resumed
+    run([*TORCHRUN, worker, str(two), *(["--fsdp"] if engine.startswith("fsdp") else []), *mode, *resume], two)
     single, split = rows_of(one), rows_of(two)
     assert len(list(two.glob("rows_*.json"))) == 2 and all(
         json.loads(f.read_text())["rows"] for f in two.glob("rows_*")
@@ -58,6 +59,12 @@ def test_two_processes_equal_one_process(tmp_path: Path, engine: str) -> None:
     moved = max(float((a[k] - initial[k]).abs().max()) for k in a)
     print(f"\n{engine}: max parameter difference, 2 processes vs 1: {diff:.3g} (the updates moved them {moved:.3g})")
     assert diff < 1e-5 and moved > 1e3 * diff
+    if resume:  # loaded under FSDP (weights resharded, optimizer state set from the full state), then trained on
+        mid, resumed = (load_file(two / d / "model" / "model.safetensors") for d in ("mid", "resumed"))
+        assert max(float((b[k] - mid[k]).abs().max()) for k in b) > 1e-3  # the second iteration moved them
+        gap = max(float((resumed[k] - b[k]).abs().max()) for k in b)
+        print(f"fsdp resume: max parameter difference to the uninterrupted launch {gap:.3g}")
+        assert gap == 0.0
 
 
 @pytest.mark.parametrize("launcher", ["plain", "torchrun"])

@@ -53,7 +53,7 @@ def test_lora_trains_only_the_adapter_with_kl_to_the_disabled_adapter(checkpoint
     params = dict(agent.policy.model.named_parameters())
     assert all(torch.equal(base[n], params[n]) for n in base)
     assert any(not torch.equal(lora_before[n], params[n]) for n in lora_before)
-    assert all("train/kl" in r and r["train/kl"] >= 0 for r in records)
+    assert records and all(r["train/kl"] > 0 for r in records)  # the adapter moved the policy off its base
 
     obs, info = agent.env.reset(seed=3)
     infos = [{k: v[i] for k, v in info.items() if not k.startswith("_")} for i in range(2)]

@@ -7,10 +7,12 @@ ALFWorld or its data is absent.
 from __future__ import annotations
 
 import json
+import math
 import pathlib
 import sys
 
 import pytest
+import torch
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -55,14 +57,17 @@ def test_alfworld_statistics_and_phrasing_coverage():
     assert not stats["unknown_goal_object"] and not stats["unknown_goal_receptacle"]
 
 
-def test_pipeline_runs_end_to_end_and_resumes(tmp_path):
+def test_pipeline_trains_selects_and_resumes(tmp_path):
+    """The whole pipeline, small: a warm start, one GAGPO iteration (2 episodes of one task), model selection on
+    valid_seen, both splits played on the real engine, then a resume that trains and plays nothing again."""
     _need_alfworld()
     import sim2real
 
     from agents.gagpo import GAGPOAgent
 
     out = tmp_path / "s2r"
-    argv = ["--out", str(out), "--episodes", "3", "--epochs", "1", "--steps", "0", "--n-seen", "1", "--n-unseen", "1"]
+    argv = ["--out", str(out), "--episodes", "3", "--epochs", "1", "--steps", "1", "--num-groups", "1",
+            "--group-size", "2", "--n-seen", "1", "--n-unseen", "1"]  # fmt: skip
     assert sim2real.main(argv) == 0
     payload = json.loads((out / "sim2real.json").read_text())
     for split in ("valid_seen", "valid_unseen"):
@@ -70,9 +75,29 @@ def test_pipeline_runs_end_to_end_and_resumes(tmp_path):
         assert set(rows) == set(sim2real.ROWS) and all(row["Games"] == 1 for row in rows.values())
         assert rows["handcoded expert"]["All"] == 100.0 and rows["handcoded expert"]["Won steps"] <= 50
     assert payload["training"]["warm_start"]["episodes"] == 3
+    # GAGPO trained: one iteration, both episodes played to the end, then the update's optimiser steps (two episodes
+    # of a 3-episode prior rarely win a full house, so the advantages, and the weights' change, may well be 0).
+    work = out / "work"
+    prior_meta, gagpo_meta = (json.loads((work / name / "agent.json").read_text()) for name in ("prior_agent", "gagpo"))
+    steps = payload["training"]["gagpo"]["minihouse_env_steps"]
+    assert prior_meta["num_timesteps"] == 0 and gagpo_meta["num_timesteps"] == steps >= 2
+    assert gagpo_meta["iteration"] == 1
+    optimizer = {name: torch.load(work / name / "optimizer.pt", weights_only=True) for name in ("prior_agent", "gagpo")}
+    assert not optimizer["prior_agent"]["state"]  # saved before any step
+    config = gagpo_meta["config"]
+    updates = config["n_epochs"] * math.ceil(steps / config["minibatch_size"])  # one optimiser step per minibatch
+    assert {float(s["step"]) for s in optimizer["gagpo"]["state"].values()} == {updates}
+    # Model selection: the better of the prior and the GAGPO agent on valid_seen (a tie goes to GAGPO) is <out>/agent.
+    seen = {row["policy"]: row for row in payload["tables"]["valid_seen"]}
+    expected = "gagpo" if seen["gagpo"]["All"] >= seen["prior"]["All"] else "prior"
+    assert payload["selected"] == expected
+    assert json.loads((out / "agent" / "agent.json").read_text()) == (gagpo_meta if expected == "gagpo" else prior_meta)
+    assert json.loads((out / "prior_agent" / "agent.json").read_text()) == prior_meta
     agent = GAGPOAgent.load(str(out / "agent"), verbose=0, torch_threads=1)
     assert agent.env_id == sim2real.MINIHOUSE and agent.config.history_length == 4
     stamps = {p: p.stat().st_mtime_ns for p in (out / "eval").rglob("eval.json")}
     assert len(stamps) == 8
+    trained = (work / "gagpo" / "agent.json").stat().st_mtime_ns
     assert sim2real.main([*argv, "--resume"]) == 0  # nothing is trained or played again
     assert {p: p.stat().st_mtime_ns for p in (out / "eval").rglob("eval.json")} == stamps
+    assert (work / "gagpo" / "agent.json").stat().st_mtime_ns == trained

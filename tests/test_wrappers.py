@@ -548,6 +548,21 @@ def test_prompt_truncates_history_oldest_first_never_the_observation(tokenizer) 
     assert tiny.overflow_count == 1 and tiny.truncated_count == 0 and tiny.observation_cuts == 1
 
 
+def test_prompt_drops_all_history_before_cutting_the_observation(tokenizer) -> None:
+    """No step of history fits, the bare prompt does: every step is dropped and the observation stays whole."""
+    history = [["You are at 1 of 4. " * 30, "left"]]  # one long step
+    current = "You are at 0 of 4. " * 5
+    bare = PromptBuilder(tokenizer, action_mode="choose").build("Walk.", [], current, ["left", "right"])
+    builder = PromptBuilder(tokenizer, action_mode="choose", max_prompt_tokens=len(bare))
+    ids = builder.build("Walk.", history, current, ["left", "right"])
+    assert "characters cut" not in tokenizer.decode(ids) and ids == bare
+    assert builder.truncated_count == 1 and builder.observation_cuts == 0 and builder.overflow_count == 0
+    # One token less and the observation is cut after all (the history is gone either way).
+    tighter = PromptBuilder(tokenizer, action_mode="choose", max_prompt_tokens=len(bare) - 1)
+    cut = tokenizer.decode(tighter.build("Walk.", history, current, ["left", "right"]))
+    assert "characters cut" in cut and "Recent steps" not in cut and tighter.observation_cuts == 1
+
+
 def test_prompt_cuts_a_huge_observation_keeping_head_and_tail(tokenizer) -> None:
     head, tail = "You are at 0 of 4. The HEAD of the page.", "The TAIL of the page. You are at 3 of 4."
     filler = " ".join(f"row {i} of 4" for i in range(10_000))
@@ -561,8 +576,54 @@ def test_prompt_cuts_a_huge_observation_keeping_head_and_tail(tokenizer) -> None
     cut = re.search(r"\[\.\.\. (\d+) characters cut \.\.\.\]", text)
     assert cut and int(cut.group(1)) > len(observation) // 2 and "Recent steps" not in text
     assert builder.observation_cuts == 1 and builder.truncated_count == 1 and builder.overflow_count == 0
+    # As much of the observation as fits: one character more would not.
+    kept = len(observation) - int(cut.group(1))
+    assert ids == builder.encode(
+        builder.render(builder.user_message("Walk.", [], cut_middle(observation, kept), ["left", "right"]))
+    )
+    longer = builder.user_message("Walk.", [], cut_middle(observation, kept + 1), ["left", "right"])
+    assert len(builder.encode(builder.render(longer))) > 512
     small = builder.build("Walk.", [], "You are at 1 of 4.", ["left"])  # a short observation is never cut
     assert "characters cut" not in tokenizer.decode(small) and builder.observation_cuts == 1
+
+
+def test_cut_middle_keeps_head_and_tail_around_the_marker() -> None:
+    text = "abcdefghij"
+    assert cut_middle(text, 4) == "ab\n[... 6 characters cut ...]\nij"
+    assert cut_middle(text, 5) == "abc\n[... 5 characters cut ...]\nij"  # an odd character goes to the head
+    assert cut_middle(text, 0) == "\n[... 10 characters cut ...]\n"
+    assert cut_middle(text, 10) == text and cut_middle(text, 11) == text
+    assert cut_middle(text, 9) == "abcde\n[... 1 characters cut ...]\nghij"
+
+
+def test_user_message_layout(tokenizer) -> None:
+    builder = PromptBuilder(tokenizer, action_mode="choose")
+    message = builder.user_message("Walk.", [["o1", "a1"], ["o2", "a2"]], "now", ["x", "y"])
+    assert message == (
+        "Task: Walk.\n\nRecent steps:\nObservation: o1\nAction: a1\nObservation: o2\nAction: a2\n\n"
+        f"Current observation: now\n\nAdmissible actions: x | y\n\n{CHOOSE_INSTRUCTION}"
+    )
+    assert builder.user_message("", [], "now", []) == f"Current observation: now\n\n{CHOOSE_INSTRUCTION}"
+
+
+def test_prompt_counters_add_up_and_an_overflow_keeps_the_cut_marker(tokenizer) -> None:
+    long_obs = "You are at 0 of 4. " * 20
+    bare = PromptBuilder(tokenizer, action_mode="choose").build("Walk.", [], cut_middle(long_obs, 0), ["left"])
+    history = [["You are at 1 of 4.", "left"]]
+    # A budget of exactly the bare prompt (the observation cut to the marker) is no overflow: the cut fits.
+    exact = PromptBuilder(tokenizer, action_mode="choose", max_prompt_tokens=len(bare))
+    assert exact.build("Walk.", history, long_obs, ["left"]) == bare and exact.overflow_count == 0
+    # One token less: an overflow, the prompt's end (marker included) kept; counted once per prompt.
+    short = PromptBuilder(tokenizer, action_mode="choose", max_prompt_tokens=len(bare) - 1)
+    for _ in range(2):
+        assert short.build("Walk.", history, long_obs, ["left"]) == bare[1:]
+    assert (short.overflow_count, short.observation_cuts, short.truncated_count) == (2, 2, 0)
+    fits = PromptBuilder(tokenizer, action_mode="choose", max_prompt_tokens=len(bare) + 40)
+    for _ in range(2):
+        fits.build("Walk.", history, long_obs, ["left"])  # history dropped, observation cut
+        fits.build("Walk.", history * 3, "You are at 0 of 4.", ["left"])  # history dropped only
+    assert (fits.truncated_count, fits.observation_cuts, fits.overflow_count) == (4, 2, 0)
+    assert PromptBuilder(tokenizer).max_prompt_tokens == 1024
 
 
 def test_prompt_builder_bad_arguments(tokenizer) -> None:
