@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -85,6 +86,12 @@ def build_parser() -> tuple[argparse.ArgumentParser, list[str]]:
     run.add_argument("--quiet", action="store_true", help="no per-iteration log table on stdout")
     names = add_config_arguments(parser)
     return parser, names
+
+
+def say(*args: Any) -> None:
+    """print, from the main process only: under a launch every rank runs this script."""
+    if int(os.environ.get("RANK", "0")) == 0:
+        print(*args)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -161,7 +168,7 @@ def _main(args: argparse.Namespace, names: list[str], state: dict[str, Any]) -> 
         except (OSError, ValueError) as err:
             fail(str(err).splitlines()[0])
         state["resumed"] = args.resume
-        print(f"resumed {args.resume} at {agent.num_timesteps} env steps ({agent.env_id})")
+        say(f"resumed {args.resume} at {agent.num_timesteps} env steps ({agent.env_id})")
     else:
         if not args.env:
             fail("--env is required (or --resume PATH)")
@@ -186,7 +193,7 @@ def _main(args: argparse.Namespace, names: list[str], state: dict[str, Any]) -> 
     if args.until is not None:
         more = max(0, args.until - agent.num_timesteps)
         if not more:
-            print(f"already at {agent.num_timesteps} env steps (--until {args.until}): nothing to train")
+            say(f"already at {agent.num_timesteps} env steps (--until {args.until}): nothing to train")
     else:
         more = args.total_timesteps if args.total_timesteps is not None else DEFAULT_TIMESTEPS
     callbacks = []
@@ -201,11 +208,11 @@ def _main(args: argparse.Namespace, names: list[str], state: dict[str, Any]) -> 
             log_interval=args.log_interval,
             reset_num_timesteps=not args.resume,
         )
-        print(f"trained to {agent.num_timesteps} env steps in {time.perf_counter() - started:.0f}s")
+        say(f"trained to {agent.num_timesteps} env steps in {time.perf_counter() - started:.0f}s")
     if args.save_dir:
         final = Path(args.save_dir) / "final"
         agent.save(final)
-        print(f"saved: {final}")
+        say(f"saved: {final}")
     if args.eval_tasks:
         from agents.callbacks import ProgressBar
         from agents.evaluation import panel_progress
@@ -214,9 +221,9 @@ def _main(args: argparse.Namespace, names: list[str], state: dict[str, Any]) -> 
         with bar, panel_progress(bar.advance):
             metrics = agent.evaluate(n_tasks=args.eval_tasks, episodes=True)
         kind = table_kind(agent.env_id)
-        print(f"\nEvaluation on {agent.env_id} {agent.env_kwargs or ''} tasks 0..{args.eval_tasks - 1} (greedy):\n")
-        print(results_table([table_row(agent.config.estimator, metrics, kind)]))
-        print(f"\n{table_legend(kind)}")
+        say(f"\nEvaluation on {agent.env_id} {agent.env_kwargs or ''} tasks 0..{args.eval_tasks - 1} (greedy):\n")
+        say(results_table([table_row(agent.config.estimator, metrics, kind)]))
+        say(f"\n{table_legend(kind)}")
     agent.env.close()
     return 0
 
