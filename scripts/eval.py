@@ -52,7 +52,6 @@ from _common import (
 )
 
 EVAL_JSON, EVAL_CSV = "eval.json", "eval.csv"
-MANIFEST = "manifest.json"  # a saved agent's list of file digests (agents/checkpoint.py)
 #: The settings that decide a row's numbers: ``--resume`` reuses rows only when all of them match.
 SETTINGS = ("n_tasks", "seed_offset", "batch_size", "sampled", "random_seed")
 
@@ -117,10 +116,10 @@ def read_agent(path: str) -> dict[str, Any]:
 
 def fingerprint(path: str) -> str:
     """SHA-256 of the saved agent's manifest (which lists every file's digest): the same agent, byte for byte."""
-    from agents.gagpo import AGENT_FILE
+    from agents.checkpoint import AGENT_FILE, MANIFEST_FILE
 
     folder = Path(path)
-    file = folder / MANIFEST if (folder / MANIFEST).is_file() else folder / AGENT_FILE
+    file = folder / MANIFEST_FILE if (folder / MANIFEST_FILE).is_file() else folder / AGENT_FILE
     return hashlib.sha256(file.read_bytes()).hexdigest()
 
 
