@@ -176,7 +176,11 @@ class GroupRolloutBuffer:
             raise RuntimeError("finalize() called while episodes are still running")
         c = self.config
         if (c.estimator == "gagpo" and c.normalize == "batch") or c.estimator == "ppo":
-            zeroed = {g for g in self.finished_groups if self._zeroed(self._group_rows(g))}
+            zeroed = (
+                {g for g in self.finished_groups if self._zeroed(self._group_rows(g))}
+                if c.zero_failed_groups
+                else set()
+            )
             kept = np.array([r.group not in zeroed for r in self.rows], dtype=bool)
             a = self.advantages()
             out = np.zeros_like(a)
@@ -230,10 +234,11 @@ class GroupRolloutBuffer:
         sizes = dict(sorted(item for part in layout for item in part))
         offset = dict(zip(sizes, np.cumsum([0, *sizes.values()])))
         local = {int(offset[g]) + k: row for g in groups for k, row in enumerate(self._group_rows(g))}
-        steps = max(1, math.ceil(sum(sizes.values()) / minibatch_size))
+        total = sum(sizes.values())
+        steps = max(1, math.ceil(total / minibatch_size))
         plan = []
         for _ in range(n_epochs):
-            order = rng.permutation(sum(sizes.values()))
+            order = rng.permutation(total)
             plan.append([[local[i] for i in chunk if i in local] for chunk in np.array_split(order, steps)])
         return plan
 
