@@ -104,6 +104,15 @@ def info_at(infos: dict[str, Any], i: int) -> dict[str, Any]:
     return out
 
 
+def check_reward(reward: float, env: str | None, task: str, step: int, action: Any) -> None:
+    """A reward that is not finite raises one ValueError naming the env, the task, the step and the action: a mean
+    or an advantage over it would be ``nan``. Training rollouts and evaluation panels both check."""
+    if not math.isfinite(float(reward)):
+        raise ValueError(
+            f"{env} returned reward {reward} for task {task} at step {step} (action {action!r}): rewards must be finite"
+        )
+
+
 #: Where :func:`run_panel` reports finished episodes when its caller passes no ``progress`` (:func:`panel_progress`).
 _PANEL_PROGRESS: contextvars.ContextVar[Callable[[int], None] | None] = contextvars.ContextVar(
     "panel_progress", default=None
@@ -162,11 +171,7 @@ def run_panel(
                 obs, rewards, _, _, infos = venv.step(actions)
                 for i in idx:
                     current[i] = info_at(infos, i)
-                    if not math.isfinite(float(rewards[i])):
-                        raise ValueError(
-                            f"{name} returned reward {rewards[i]} for task {task_ids[i]!r} (seed {seeds[i]}) at step "
-                            f"{length[i] + 1} (action {actions[i]!r}): rewards must be finite"
-                        )
+                    check_reward(rewards[i], name, f"{task_ids[i]!r} (seed {seeds[i]})", length[i] + 1, actions[i])
                     ret[i] += rewards[i]
                     length[i] += 1
                     invalid[i] += not current[i].get("action_valid", True)

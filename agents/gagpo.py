@@ -34,7 +34,7 @@ from agents.callbacks import OneLineOutput, StepProgressBar, step_accurate
 from agents.checkpoint import AGENT_FILE
 from agents.config import GAGPOConfig
 from agents.distributed import Distributed
-from agents.evaluation import info_at, make_env, run_panel
+from agents.evaluation import check_reward, info_at, make_env, run_panel
 from agents.loss import clipped_policy_loss, k3_kl
 from agents.models import REFERENCE_FILE, Models, ModelSource, Restore, build_models
 from agents.policy import PolicyCore, budget_batches
@@ -354,11 +354,7 @@ class GAGPOAgent:
             stats["env_s"] += time.perf_counter() - t0
             next_infos = {int(i): info_at(infos, i) for i in idx}
             for i in idx:
-                if not np.isfinite(rewards[i]):
-                    raise ValueError(
-                        f"{self.env_id} returned reward {rewards[i]} for task {next_infos[i].get('task_id')!r} "
-                        f"at step {lengths[i] + 1} (action {actions[i]!r}): rewards must be finite"
-                    )
+                check_reward(rewards[i], self.env_id, repr(next_infos[i].get("task_id")), lengths[i] + 1, actions[i])
             next_values = self._bootstrap_values(idx, obs, next_infos, truncated)
             for k, i in enumerate(idx):
                 info = next_infos[i]
@@ -457,7 +453,7 @@ class GAGPOAgent:
         """
         self.policy.train()  # the mode the update runs in (dropout, gradient checkpointing)
         self._plan = self._update_plan()
-        gap, gaps, entropy = 0.0, [], []
+        gaps, entropy = [], []
         micros = [m for minibatch in self._plan[0] for m in self._micro_batches(minibatch)]
         for micro in micros:
             ev = self._evaluate_rows(micro)
@@ -467,14 +463,14 @@ class GAGPOAgent:
                 n = len(r.old_logp)
                 fresh = logp[k, :n].astype(np.float64)
                 gaps.append(np.abs(fresh - r.old_logp))
-                gap = max(gap, float(gaps[-1].max(initial=0.0)))
                 r.rollout_logp, r.old_logp = r.old_logp, fresh
                 if self.config.rollout_is == "on":
                     r.is_weight = min(math.exp(float(np.mean(fresh - r.rollout_logp))), self.config.rollout_is_cap)
                 if ref is not None:
                     r.ref_logp = ref[k, :n].float().cpu().numpy().astype(np.float64)
             entropy += ev.entropy.float().cpu().tolist()
-        mean_gap = float(np.concatenate(gaps).mean()) if gaps and sum(g.size for g in gaps) else 0.0
+        per_token = np.concatenate(gaps) if gaps else np.zeros(0)
+        gap, mean_gap = float(per_token.max(initial=0.0)), float(per_token.mean()) if per_token.size else 0.0
         self.logger.record("rollout/logp_gap_max", gap)
         self.logger.record("rollout/logp_gap_mean", mean_gap)
         if self.config.rollout_is == "on":
