@@ -42,9 +42,11 @@ $(VLLM_VENV)/.installed: pyproject.toml
 test-vllm: $(VLLM_VENV)/.installed
 	$(VLLM_VENV)/bin/python -m pytest -q -m vllm tests/test_vllm_backend.py --durations=5
 
+# lint-imports: the import contracts of pyproject's [tool.importlinter] (layers; no cycles in agents/).
 lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports --no-cache
 
 bench: venv
 	$(PY) scripts/bench_advantages.py

@@ -24,7 +24,7 @@ class Row:
     group: int
     episode: int
     prompt_ids: list[int]
-    old_logp: np.ndarray  # per-token behaviour log-probs (choose mode: one entry), recomputed before the update
+    rollout_logp: np.ndarray  # the sampler's per-token log-probs (choose mode: one entry)
     reward: float
     state_key: int | str
     next_state_key: int | str
@@ -37,7 +37,7 @@ class Row:
     value: float = 0.0  # value-head estimate of V(s_t) (ppo estimator)
     next_value: float = 0.0  # V(s_T) for a truncated final row (ppo estimator)
     advantage: float = float("nan")
-    rollout_logp: np.ndarray | None = None  # the sampler's own log-probs (kept to log their gap to old_logp)
+    old_logp: np.ndarray | None = None  # behaviour log-probs from the update's own forward (PolicyUpdate.recompute)
     ref_logp: np.ndarray | None = None  # reference policy's log-probs (kl_coef > 0)
     is_weight: float = 1.0  # truncated importance weight trainer / sampler (config.rollout_is)
     value_target: float = 0.0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 ESTIMATORS = ("gagpo", "gigpo", "grpo", "rloo", "ppo")
@@ -25,76 +25,136 @@ class GAGPOConfig:
     """Hyperparameters. Defaults follow ALGORITHM.md; ``"auto"`` values depend on the model (see ``resolved``)."""
 
     # --- rollout layout: each iteration plays num_groups tasks, group_size episodes each
-    num_groups: int = 4
-    group_size: int = 8
-    vec_mode: str = "sync"  # "sync" or "async" (worker processes)
-    task_pool: int = 0  # train on task seeds 0 .. task_pool - 1 (0: any seed, i.e. a fresh task almost every time)
+    num_groups: int = field(default=4, metadata={"help": "rollout groups (tasks) per iteration"})
+    group_size: int = field(default=8, metadata={"help": "episodes per group, all on the same task"})
+    vec_mode: str = field(default="sync", metadata={"help": '"sync" or "async" (worker processes)'})
+    task_pool: int = field(
+        default=0,
+        metadata={"help": "train on task seeds 0 .. task_pool - 1 (0: any seed, i.e. a fresh task almost every time)"},
+    )
     # --- advantage estimation (ALGORITHM.md)
-    estimator: str = "gagpo"  # gagpo | gigpo | grpo | rloo | ppo
-    gamma: float = 0.95
-    lam: float = 0.8  # GAGPO's lambda (choice: 0.8 until the learning benchmark says otherwise)
-    gae_lambda: float = 0.95  # the PPO-with-critic baseline's GAE lambda
-    normalize: str = "group"  # GAGPO normalisation: group | batch | none
-    bootstrap_truncated: bool = True
-    omega: float = 1.0  # GiGPO step-term weight
-    gigpo_std_norm: bool = True
-    adv_eps: float = 1e-6
-    zero_failed_groups: bool = False  # zero the advantages of groups in which no episode succeeded
-    state_key: str = "state"  # state | observation | history:k
+    estimator: str = field(default="gagpo", metadata={"help": "gagpo | gigpo | grpo | rloo | ppo"})
+    gamma: float = field(default=0.95, metadata={"help": "discount factor"})
+    lam: float = field(
+        default=0.8, metadata={"help": "GAGPO's lambda (choice: 0.8 until the learning benchmark says otherwise)"}
+    )
+    gae_lambda: float = field(default=0.95, metadata={"help": "the PPO-with-critic baseline's GAE lambda"})
+    normalize: str = field(default="group", metadata={"help": "GAGPO normalisation: group | batch | none"})
+    bootstrap_truncated: bool = field(
+        default=True,
+        metadata={"help": "GAGPO: bootstrap a time-limit truncation with the group's value of the next state"},
+    )
+    omega: float = field(default=1.0, metadata={"help": "GiGPO: weight of the step-level term"})
+    gigpo_std_norm: bool = field(default=True, metadata={"help": "GiGPO: divide by the std (GRPO-style) in both terms"})
+    adv_eps: float = field(default=1e-6, metadata={"help": "epsilon added to the std in every normalisation"})
+    zero_failed_groups: bool = field(
+        default=False, metadata={"help": "zero the advantages of groups in which no episode succeeded"}
+    )
+    state_key: str = field(default="state", metadata={"help": "state | observation | history:k"})
     # Key back-off (ALGORITHM.md): coarser keys, finest first, for rows whose (group, state) set has fewer than
     # backoff_min_count rows; each a state_key spec or "group" (the whole group). () turns it off.
-    key_backoff: tuple = ()
-    backoff_min_count: int = 2
-    episode_coef: float = 0.0  # GAGPO only: adds episode_coef * the GRPO advantage (the paper's ablation)
+    key_backoff: tuple = field(default=(), metadata={"help": "key backoff"})
+    backoff_min_count: int = field(default=2, metadata={"help": "backoff min count"})
+    episode_coef: float = field(
+        default=0.0, metadata={"help": "GAGPO only: adds episode_coef * the GRPO advantage (the paper's ablation)"}
+    )
     # --- env interface
-    action_mode: str = "auto"  # generate | choose | auto (choose for the tiny model, generate otherwise)
-    choose_score: str = "auto"  # sum | mean | auto (mean for the tiny model, sum otherwise)
-    history_length: int = 2
-    max_prompt_tokens: int = 1024
-    max_new_tokens: int = 64
-    show_admissible: bool = True
-    invalid_action_penalty: float = 0.01
-    temperature: float = 1.0
+    action_mode: str = field(
+        default="auto", metadata={"help": "generate | choose | auto (choose for the tiny model, generate otherwise)"}
+    )
+    choose_score: str = field(
+        default="auto", metadata={"help": "sum | mean | auto (mean for the tiny model, sum otherwise)"}
+    )
+    history_length: int = field(
+        default=2, metadata={"help": "previous (observation, action) pairs shown in the prompt"}
+    )
+    max_prompt_tokens: int = field(
+        default=1024, metadata={"help": "prompt length cap (older history is dropped first)"}
+    )
+    max_new_tokens: int = field(default=64, metadata={"help": "generate mode: tokens per response"})
+    show_admissible: bool = field(default=True, metadata={"help": "list the admissible actions in the prompt"})
+    invalid_action_penalty: float = field(
+        default=0.01, metadata={"help": "reward subtracted for an invalid or unparsable action"}
+    )
+    temperature: float = field(default=1.0, metadata={"help": "sampling temperature during rollouts"})
     # --- optimisation
-    learning_rate: float | None = None  # None: 1e-3 for the tiny model, 1e-6 otherwise
+    learning_rate: float | None = field(
+        default=None, metadata={"help": "AdamW learning rate; none: 1e-3 for the tiny model, 1e-6 otherwise"}
+    )
     # 0: 4 for the tiny model (a sweep on Sokoban and Maze: 4 epochs reached the bar in 0.5-0.7x the env steps of 2),
     # 2 otherwise (PPO practice for LLMs, where rollouts are dear and ratios drift with every epoch)
-    n_epochs: int = 0
-    minibatch_size: int = 64  # actions per optimiser step
-    clip_range_low: float | None = None  # None: 0.2 in choose mode; generate mode: see ``resolved``
-    clip_range_high: float | None = None
-    ratio: str = "action"  # action (length-normalised, one per action) | token (per-token, the ablation)
-    kl_coef: float = 0.0  # k3 KL to the frozen initial policy (LoRA: the adapter-disabled model)
-    ent_coef: float = 0.0
-    vf_coef: float = 0.5  # ppo estimator only
-    max_grad_norm: float = 1.0
-    weight_decay: float = 0.0
-    token_budget: int = 16384  # tokens per micro-batch in the update (gradient accumulation above it)
+    n_epochs: int = field(
+        default=0, metadata={"help": "passes over each rollout in the update (0: 4 for the tiny model, 2 otherwise)"}
+    )
+    minibatch_size: int = field(default=64, metadata={"help": "actions per optimiser step"})
+    # None: 0.2 in choose mode; generate mode: see ``resolved``
+    clip_range_low: float | None = field(
+        default=None, metadata={"help": "PPO clip: lower bound 1 - clip_range_low on the ratio"}
+    )
+    clip_range_high: float | None = field(
+        default=None, metadata={"help": "PPO clip: upper bound 1 + clip_range_high on the ratio"}
+    )
+    ratio: str = field(
+        default="action",
+        metadata={"help": "action (length-normalised, one per action) | token (per-token, the ablation)"},
+    )
+    kl_coef: float = field(
+        default=0.0, metadata={"help": "k3 KL to the frozen initial policy (LoRA: the adapter-disabled model)"}
+    )
+    ent_coef: float = field(default=0.0, metadata={"help": "entropy bonus coefficient"})
+    vf_coef: float = field(default=0.5, metadata={"help": "value-loss coefficient (ppo estimator only)"})
+    max_grad_norm: float = field(default=1.0, metadata={"help": "gradient-norm clipping threshold"})
+    weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay"})
+    token_budget: int = field(
+        default=16384, metadata={"help": "tokens per micro-batch in the update (gradient accumulation above it)"}
+    )
     # --- model
     # Generate mode's rollout engine: "hf" (sampling on the training weights) or "vllm" (an in-process vLLM engine
     # with a copy of them, synced once per iteration; the [vllm] extra). Choose mode always scores with the
     # trainer's forward (see agents/vllm_backend.py for why).
-    backend: str = "hf"
-    vllm_gpu_memory_utilization: float = 0.3  # the engine's share of the GPU while it is awake (it sleeps in updates)
+    backend: str = field(
+        default="hf",
+        metadata={
+            "help": "generate mode's rollout engine: hf | vllm (in-process vLLM, weights synced once per iteration)"
+        },
+    )
+    # the engine's share of the GPU while it is awake (it sleeps in updates)
+    vllm_gpu_memory_utilization: float = field(
+        default=0.3, metadata={"help": "vllm backend: the engine's share of the GPU while awake (CUDA only)"}
+    )
     # Truncated importance sampling for the sampler/trainer mismatch (TRL's vllm_importance_sampling_correction):
     # each action's loss term is weighted by min(exp(mean over its tokens of old_logp - rollout_logp), rollout_is_cap).
     # auto: on with backend="vllm" (another engine, maybe another dtype), off with "hf" (the trainer samples itself)
-    rollout_is: str = "auto"  # auto | on | off
-    rollout_is_cap: float = 2.0
-    device: str = "auto"
-    dtype: str = (
-        "auto"  # compute dtype: auto (bf16 on CUDA, fp32 elsewhere) | float32 | bfloat16; weights train in fp32
+    rollout_is: str = field(default="auto", metadata={"help": "auto | on | off"})
+    rollout_is_cap: float = field(default=2.0, metadata={"help": "rollout is cap"})
+    device: str = field(default="auto", metadata={"help": "auto | cpu | cuda | cuda:N | mps"})
+    dtype: str = field(
+        default="auto",
+        metadata={
+            "help": "compute dtype: auto (bf16 on CUDA, fp32 otherwise) | float32 | bfloat16 (weights train in fp32)"
+        },
     )
-    lora_r: int = 0  # 0: full fine-tuning
-    lora_alpha: int = 16
-    gradient_checkpointing: bool = False
-    fsdp: bool = False  # under a launch: shard weights, gradients and optimiser state (FSDP2); else DDP
-    tiny_vocab_size: int = 1024
-    tiny_hidden_size: int = 64
-    tiny_layers: int = 2
-    tiny_heads: int = 4  # attention heads (key/value heads: half); vLLM on a CPU needs a head size of 32 or more
-    torch_threads: int = 0  # 0: half the CPU cores (two busy threads on a shared 2-core box are slower than one)
-    seed: int = 0
+    lora_r: int = field(default=0, metadata={"help": "LoRA rank (0: full fine-tuning)"})
+    lora_alpha: int = field(default=16, metadata={"help": "LoRA alpha"})
+    gradient_checkpointing: bool = field(default=False, metadata={"help": "trade compute for memory in the update"})
+    fsdp: bool = field(
+        default=False,
+        metadata={"help": "under a launch: shard weights, gradients and optimiser state (FSDP2); else DDP"},
+    )
+    tiny_vocab_size: int = field(
+        default=1024, metadata={"help": "tiny model: BPE vocabulary size (trained on the env's text)"}
+    )
+    tiny_hidden_size: int = field(default=64, metadata={"help": "tiny model: hidden size"})
+    tiny_layers: int = field(default=2, metadata={"help": "tiny model: transformer layers"})
+    tiny_heads: int = field(
+        default=4,
+        metadata={"help": "tiny model: attention heads (key/value heads: half; vLLM on a CPU needs head size >= 32)"},
+    )
+    torch_threads: int = field(
+        default=0,
+        metadata={"help": "0: half the CPU cores (two busy threads on a shared 2-core box are slower than one)"},
+    )
+    seed: int = field(default=0, metadata={"help": "seed for the model, sampling and the task sampler"})
 
     def __post_init__(self) -> None:
         if isinstance(self.key_backoff, list):  # JSON gives back a list
@@ -104,9 +164,9 @@ class GAGPOConfig:
     def _check_types(self) -> None:
         """Each value has its field's type: ``num_groups=2.5``, ``"4"``, ``inf``, ``show_admissible="no"`` fail."""
         allowed = {"int": (int,), "float": (int, float), "bool": (bool,), "str": (str,), "tuple": (tuple,)}
-        for field in dataclasses.fields(self):
-            name, value = field.name, getattr(self, field.name)
-            kinds = [k.strip() for k in str(field.type).split("|")]
+        for f in dataclasses.fields(self):
+            name, value = f.name, getattr(self, f.name)
+            kinds = [k.strip() for k in str(f.type).split("|")]
             if value is None and "None" in kinds:
                 continue
             ok = False

@@ -1,94 +1,21 @@
 """Evaluation panels: play a fixed list of tasks once each with any policy (an agent, the expert, random).
 
-Kept apart from the training loop: scripts, benchmarks and the agent's ``evaluate()`` share it. Env ids may take
-Gymnasium's ``"module:EnvId"`` form (``gymnasium.make("my_pkg.envs:MyEnv-v0")`` imports ``my_pkg.envs`` first,
-which registers the env): :func:`make_env` imports the module in every process that builds the env, so an agent
-trained on such an id keeps it and rebuilds its env anywhere the module can be imported.
+Kept apart from the training loop: scripts, benchmarks and the agent's ``evaluate()`` share it; envs are made by
+:mod:`agents.env_spec`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
-import functools
-import importlib
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from typing import Any
 
-import gymnasium as gym
 import numpy as np
-from gymnasium.envs.registration import load_env_creator
 
-import gagpo_gym
-from wrappers import GroupedVectorEnv, wrap_text_env
-
-
-def split_env_id(env_id: str) -> tuple[str | None, str]:
-    """``"my_pkg.envs:MyEnv-v0"`` -> ``("my_pkg.envs", "MyEnv-v0")``; an id without a module -> ``(None, id)``."""
-    if ":" not in env_id:
-        return None, env_id
-    module, name = env_id.split(":", 1)
-    if not module or not name or ":" in name:
-        raise ValueError(f"env id {env_id!r} is not of the form 'module:EnvId'")
-    return module, name
-
-
-def registered_env_id(env_id: str) -> str:
-    """The registry id that ``env_id`` names, after importing its module part (as ``gymnasium.make`` does).
-
-    ``"Maze-v0"`` -> ``"gagpo_gym/Maze-v0"`` (an id without a module and a namespace is always under
-    ``gagpo_gym/``, as :func:`gagpo_gym.make` reads it); ``"my_envs:MyEnv-v0"`` imports ``my_envs`` and returns
-    the id it registered (``MyEnv-v0`` as given, else under ``gagpo_gym/``, where
-    :func:`gagpo_gym.register_text_env` puts an id without a namespace). Raises ``ValueError`` with one readable
-    line for a module that cannot be imported or an id that is not registered.
-    """
-    module, name = split_env_id(env_id)
-    if module is not None:
-        try:
-            importlib.import_module(module)
-        except ImportError as err:
-            raise ValueError(
-                f"cannot import {module!r}, the module part of env id {env_id!r} ({err}); is it on PYTHONPATH?"
-            ) from err
-    namespaced = name if "/" in name else f"{gagpo_gym.registration.NAMESPACE}/{name}"
-    # Without a module an id is one of ours (``CliffWalking-v0`` is gagpo_gym's text env, never Gymnasium's).
-    for candidate in (name, namespaced) if module is not None else (namespaced,):
-        if candidate in gym.registry:
-            return candidate
-    where = f" (importing {module!r} did not register it)" if module is not None else ""
-    raise ValueError(
-        f"unknown env id {env_id!r}{where}; registered text envs: {', '.join(gagpo_gym.registered_text_envs())}"
-    )
-
-
-def canonical_env_id(env_id: str) -> str:
-    """``env_id`` with its registry id spelled out and its module part kept: ``"m:X-v0"`` -> ``"m:gagpo_gym/X-v0"``."""
-    module, _ = split_env_id(env_id)
-    full = registered_env_id(env_id)
-    return full if module is None else f"{module}:{full}"
-
-
-def make_env(
-    env_id: str,
-    env_kwargs: dict[str, Any],
-    wrap: dict[str, Any] | None,
-    env_wrappers: Sequence[tuple[str, dict[str, Any]]] = (),
-) -> gym.Env:
-    """Picklable env factory (async workers rebuild envs from it).
-
-    ``env_wrappers`` are ``(entry point, kwargs)`` of wrappers the user put on a made env (Gymnasium records
-    them in ``env.spec.additional_wrappers``); they go on before the agent's own text wrappers.
-    """
-    if ":" in env_id:  # Gymnasium's "module:EnvId": import the module (it registers the env), make the bare id
-        full = registered_env_id(env_id)
-        # gagpo_gym.make takes namespaced ids; a module's own id without a namespace goes to Gymnasium directly.
-        env = gagpo_gym.make(full, **env_kwargs) if "/" in full else gym.make(full, **env_kwargs)
-    else:
-        env = gagpo_gym.make(env_id, **env_kwargs)
-    for entry_point, kwargs in env_wrappers:
-        env = load_env_creator(entry_point)(env, **kwargs)
-    return wrap_text_env(env, **wrap) if wrap is not None else env
+from agents.env_spec import REFERENCE_WRAPPING, EnvSpec
+from wrappers import GroupedVectorEnv
 
 
 def info_at(infos: dict[str, Any], i: int) -> dict[str, Any]:
@@ -267,6 +194,10 @@ def reference_policy_panel(
 
     if kind not in ("expert", "random"):
         raise ValueError(f"reference policy must be 'expert' or 'random', got {kind!r}")
-    wrap = {"key": "state", "penalty": 0.0, "history_length": 0, "tagged": False}
-    factory = functools.partial(make_env, env_id, env_kwargs, wrap)
-    return run_panel(act, factory, n_tasks, seed_offset=seed_offset, progress=progress)
+    return run_panel(
+        act,
+        EnvSpec(env_id, env_kwargs).factory(REFERENCE_WRAPPING),
+        n_tasks,
+        seed_offset=seed_offset,
+        progress=progress,
+    )

@@ -18,7 +18,7 @@ import copy
 import dataclasses
 import hashlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,45 +26,25 @@ from typing import Any
 import torch
 from torch import nn
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+from agents.checkpoint import sha256_file
+from agents.policy import LLMPolicy
+from agents.precision import Precision, resolve_device, resolve_dtype
+from agents.tiny import TinyModelSpec, build_tiny_model, train_tokenizer
+from agents.vllm_backend import VLLMGenerationBackend
 
 
-def resolve_device(device: str) -> torch.device:
-    """``"auto"`` picks CUDA when present; anything torch cannot parse or use gives one readable error."""
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+@contextlib.contextmanager
+def quiet_hub() -> Iterator[None]:
+    """No Hugging Face progress bars while a model is saved or loaded (the scripts print their own progress)."""
+    from transformers.utils import logging as hf_logging
+
+    was_enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
     try:
-        resolved = torch.device(device)
-    except RuntimeError as err:
-        raise ValueError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {device!r}") from err
-    if resolved.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device {device!r} asked for, but torch sees no CUDA device")
-    if resolved.type not in ("cpu", "cuda", "mps"):
-        raise ValueError(f"device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got {device!r}")
-    return resolved
-
-
-def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
-    """The compute dtype: ``"auto"`` is bf16 on CUDA and fp32 elsewhere."""
-    if dtype == "auto":
-        return torch.bfloat16 if device.type == "cuda" else torch.float32
-    if dtype not in DTYPES:
-        raise ValueError(f"dtype must be 'auto' or one of {sorted(DTYPES)}, got {dtype!r}")
-    return DTYPES[dtype]
-
-
-@dataclass(frozen=True)
-class Precision:
-    """Where the model runs and in which dtype it computes (parameters that train are always fp32)."""
-
-    device: torch.device
-    compute_dtype: torch.dtype
-
-    def autocast(self) -> contextlib.AbstractContextManager:
-        """bf16 compute over fp32 weights; a no-op in fp32."""
-        if self.compute_dtype == torch.float32:
-            return contextlib.nullcontext()
-        return torch.autocast(self.device.type, dtype=self.compute_dtype)
+        yield
+    finally:
+        if was_enabled:
+            hf_logging.enable_progress_bar()
 
 
 #: Tokenizer classes that run a saved tokenizer.json exactly as written (the tiny model's tokenizer is one).
@@ -129,7 +109,6 @@ def local_folder(source: str) -> Path:
 
 def fingerprint(source: str) -> str:
     """SHA-256 over a model source's weight files and config.json: the same bytes whatever dtype loads them."""
-    from agents.checkpoint import sha256_file
 
     folder = local_folder(source)
     files = sorted(f for f in folder.iterdir() if f.suffix in WEIGHT_SUFFIXES or f.name == "config.json")
@@ -237,7 +216,7 @@ def frozen(model: nn.Module, dtype: torch.dtype) -> nn.Module:
 class Models:
     """What the agent trains and what it regularises towards."""
 
-    policy: Any  # agents.policy.LLMPolicy
+    policy: LLMPolicy
     reference: nn.Module | None  # frozen initial policy for the KL term; None without KL or with LoRA
 
 
@@ -256,8 +235,6 @@ def build_models(
     source's, while the KL reference stays the initial policy (stored in the folder, or read back from the verified
     source); a LoRA adapter goes on the verified base. ``device`` overrides the config's (each rank its own).
     """
-    from agents.policy import LLMPolicy
-    from agents.tiny import build_tiny_model, train_tokenizer
 
     c = config
     device = device or resolve_device(c.device)
@@ -287,8 +264,6 @@ def build_models(
         enable_gradient_checkpointing(model)
     backend = None
     if c.backend == "vllm" and c.action_mode == "generate":
-        from agents.vllm_backend import VLLMGenerationBackend
-
         backend = VLLMGenerationBackend(
             model, tokenizer, precision, max_model_len=c.max_prompt_tokens + c.max_new_tokens,
             gpu_memory_utilization=c.vllm_gpu_memory_utilization, seed=c.seed,
@@ -337,9 +312,7 @@ class Restore:
         return dataclasses.replace(self.source, path=str(Path(self.model).expanduser().resolve()))
 
 
-def tiny_spec(config: Any):
-    from agents.tiny import TinyModelSpec
-
+def tiny_spec(config: Any) -> TinyModelSpec:
     return TinyModelSpec(
         vocab_size=config.tiny_vocab_size,
         hidden_size=config.tiny_hidden_size,

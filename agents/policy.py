@@ -30,50 +30,11 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from agents.models import Precision
+from agents.batching import as_long, budget_batches, pad, unique_slots
+from agents.generation import GenerationBackend, HFGenerationBackend
+from agents.precision import Precision
 
 LOGIT_CHUNK_ELEMENTS = 1 << 25  # floats of vocabulary logits alive at once (128 MiB in fp32)
-STOP_TEXTS = ("</action>",)
-
-
-def _pad(rows: Sequence[Sequence[int]], pad_id: int, left: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """Pad token lists into (ids, attention mask)."""
-    width = max((len(r) for r in rows), default=0)
-    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, r in enumerate(rows):
-        if r:
-            sl = slice(width - len(r), width) if left else slice(0, len(r))
-            ids[i, sl] = torch.as_tensor(r, dtype=torch.long)
-            mask[i, sl] = 1
-    return ids, mask
-
-
-def _unique_slots(prompts: list[list[int]], candidates: list[list[list[int]]]) -> tuple[list[int], list[int]]:
-    """Score identical (prompt, candidates) pairs once: the first row of each distinct pair, and each row's pair.
-
-    Group members often share a state and history, so rollouts and updates repeat prompts.
-    """
-    unique: dict[tuple, int] = {}
-    slot = [unique.setdefault((tuple(p), tuple(map(tuple, c))), len(unique)) for p, c in zip(prompts, candidates)]
-    first: dict[int, int] = {}
-    for row, s in enumerate(slot):
-        first.setdefault(s, row)
-    return [first[s] for s in range(len(unique))], slot
-
-
-def budget_batches(sizes: Sequence[int], budget: int) -> list[list[int]]:
-    """Consecutive index batches whose summed sizes stay within ``budget`` (an oversized item goes alone)."""
-    batches: list[list[int]] = []
-    current: list[int] = []
-    total = 0
-    for i, n in enumerate(sizes):
-        if current and total + n > budget:
-            batches.append(current)
-            current, total = [], 0
-        current.append(i)
-        total += n
-    return batches + ([current] if current else [])
 
 
 def _chunk_log_probs(
@@ -105,104 +66,6 @@ def token_log_probs(
         empty = hidden.new_zeros(0, dtype=torch.float32)
         return empty, (empty if entropy else None)
     return torch.cat(logps), (torch.cat(entropies) if entropy else None)
-
-
-def eos_token_ids(model: nn.Module, tokenizer) -> list[int]:
-    """Every end-of-sequence id the model knows (tokenizer, model config, generation config), in order."""
-    found: list[int] = []
-    sources = [tokenizer.eos_token_id, getattr(model.config, "eos_token_id", None)]
-    generation = getattr(model, "generation_config", None)
-    sources.append(getattr(generation, "eos_token_id", None))
-    for value in sources:
-        for token in value if isinstance(value, (list, tuple)) else [value]:
-            if token is not None and int(token) not in found:
-                found.append(int(token))
-    return found
-
-
-@torch.no_grad()
-def sample_responses(
-    model: nn.Module,
-    tokenizer,
-    prompts: list[list[int]],
-    *,
-    max_new_tokens: int,
-    temperature: float,
-    greedy: bool,
-    stop_ids: Sequence[int],
-    stop_texts: Sequence[str] = STOP_TEXTS,
-    seeds: Sequence[int] | None = None,
-) -> tuple[list[list[int]], list[np.ndarray]]:
-    """Sample a response per prompt with the model's KV cache; return the tokens and their log-probs.
-
-    The distribution is exactly ``softmax(logits / temperature)`` (no top-k, top-p, repetition penalty or
-    minimum length: nothing the checkpoint carries), or its argmax when ``greedy``. Each row draws from its own
-    random stream (``seeds``, Gumbel-max), so a response does not depend on the batch it was sampled in: the
-    same seeds give the same rollout on one process or split across ranks. A response stops after an eos id
-    (kept, so the model learns to stop) or once its text contains a stop text such as ``</action>``. Only the
-    sampled tokens' log-probs are kept.
-    """
-    device = next(model.parameters()).device
-    ids, mask = _pad(prompts, tokenizer.pad_token_id, left=True)
-    ids, mask = ids.to(device), mask.to(device)
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)
-    batch = len(prompts)
-    stop = set(stop_ids)
-    tokens = torch.zeros((batch, max_new_tokens), dtype=torch.long, device=device)
-    logps = torch.zeros((batch, max_new_tokens), dtype=torch.float32, device=device)
-    lengths = [max_new_tokens] * batch
-    running = torch.ones(batch, dtype=torch.bool, device=device)
-    # The stop checks run on the host, on its own copy of the sampled tokens: one device-to-host copy per token.
-    alive, sampled = [True] * batch, [[] for _ in range(batch)]
-    may_close: dict[int, bool] = {}  # token id -> its text could end a stop text
-    generators = []
-    if not greedy:
-        if seeds is None or len(seeds) != batch:
-            raise ValueError("sampling needs one seed per prompt")
-        generators = [torch.Generator(device=device).manual_seed(int(s)) for s in seeds]
-    cache = None
-    step_ids, step_pos = ids, positions
-    for t in range(max_new_tokens):
-        out = model(
-            input_ids=step_ids,
-            attention_mask=mask,
-            position_ids=step_pos,
-            past_key_values=cache,
-            use_cache=True,
-            logits_to_keep=1,
-        )
-        cache = out.past_key_values
-        logits = out.logits[:, -1].float() / temperature
-        log_probs = torch.log_softmax(logits, -1)
-        if greedy:
-            chosen = log_probs.argmax(-1)
-        else:  # Gumbel-max: argmax(log p + Gumbel noise) is a draw from p
-            u = torch.stack([torch.rand(log_probs.shape[-1], generator=g, device=device) for g in generators])
-            chosen = (log_probs - torch.log(-torch.log(u.clamp(min=1e-20)))).argmax(-1)
-        chosen = torch.where(running, chosen, torch.full_like(chosen, tokenizer.pad_token_id))
-        tokens[:, t] = chosen
-        logps[:, t] = log_probs.gather(-1, chosen[:, None]).squeeze(-1)
-        for b, tok in enumerate(chosen.tolist()):
-            if not alive[b]:
-                continue
-            sampled[b].append(tok)
-            if tok not in may_close:
-                may_close[tok] = any(s[-1] in tokenizer.decode([tok]) for s in stop_texts)
-            if tok in stop or (may_close[tok] and any(s in tokenizer.decode(sampled[b]) for s in stop_texts)):
-                alive[b], lengths[b] = False, t + 1
-        if not any(alive):
-            break
-        running = torch.tensor(alive, device=device)
-        step_ids = chosen[:, None]
-        step_pos = step_pos[:, -1:] + 1
-        mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
-    tokens, logps = tokens.cpu(), logps.cpu()
-    responses = [tokens[b, : lengths[b]].tolist() for b in range(batch)]
-    return responses, [logps[b, : lengths[b]].numpy().astype(np.float64) for b in range(batch)]
-
-
-def _as_long(device: torch.device, *lists: Sequence[int]) -> list[torch.Tensor]:
-    return [torch.as_tensor(list(x), dtype=torch.long, device=device) for x in lists]
 
 
 class PolicyCore(nn.Module):
@@ -267,47 +130,6 @@ class Evaluation:
     values: torch.Tensor | None  # [B]
 
 
-class GenerationBackend(Protocol):
-    """What a generation engine provides: sampled response ids with their log-probs, and weight sync.
-
-    An engine with its own copy of the weights syncs them at its first ``generate`` after ``release`` (the agent
-    calls it once per iteration, between the rollout and the update) and reports the time in ``last_sync_s``.
-    """
-
-    last_sync_s: float
-
-    def generate(
-        self, prompts: list[list[int]], *, max_new_tokens: int, temperature: float, greedy: bool, seeds: list[int]
-    ) -> tuple[list[list[int]], list[np.ndarray]]: ...
-
-    def sync_weights(self, model: nn.Module) -> None: ...
-
-    def release(self) -> None: ...
-
-
-class HFGenerationBackend:
-    """Sampling with :func:`sample_responses` on the training model itself (no weight copy to sync)."""
-
-    last_sync_s = 0.0
-
-    def __init__(self, model: nn.Module, tokenizer, precision: Precision) -> None:
-        self.model, self.tokenizer, self.precision = model, tokenizer, precision
-        self.stop_ids = eos_token_ids(model, tokenizer)
-
-    def sync_weights(self, model: nn.Module) -> None:
-        self.model = model
-
-    def release(self) -> None:
-        """Nothing to free: sampling runs on the training weights themselves."""
-
-    def generate(self, prompts, *, max_new_tokens, temperature, greedy, seeds):
-        with self.precision.autocast():
-            return sample_responses(
-                self.model, self.tokenizer, prompts, max_new_tokens=max_new_tokens, temperature=temperature,
-                greedy=greedy, stop_ids=self.stop_ids, seeds=seeds,
-            )  # fmt: skip
-
-
 class ActionMode(Protocol):
     """How a policy turns prompts into actions, and scores stored actions for the update."""
 
@@ -348,17 +170,17 @@ class GenerateMode:
         p = self.policy
         device = p.device
         seqs = [list(x) + list(r) for x, r in zip(prompts, responses)]
-        ids, mask = _pad(seqs, p.tokenizer.pad_token_id, left=False)
+        ids, mask = pad(seqs, p.tokenizer.pad_token_id, left=False)
         # Response token j of row b sits at position len(prompt) + j and is predicted from the position before.
         rows = [b for b, r in enumerate(responses) for _ in r]
         cols = [len(x) - 1 + j for x, r in zip(prompts, responses) for j in range(len(r))]
         targets = [t for r in responses for t in r]
         ends = [len(x) - 1 for x in prompts]
         flat_logp, flat_entropy, _, values = core(
-            ids.to(device), mask.to(device), None, *_as_long(device, rows, cols, targets, ends),
+            ids.to(device), mask.to(device), None, *as_long(device, rows, cols, targets, ends),
             temperature=p.temperature, entropy=entropy,
         )  # fmt: skip
-        r_ids, r_mask = _pad(responses, 0, left=False)
+        r_ids, r_mask = pad(responses, 0, left=False)
         r_mask = r_mask.to(device).bool()
         logp = torch.zeros(r_ids.shape, dtype=torch.float32, device=device).masked_scatter(r_mask, flat_logp)
         ent = None
@@ -398,9 +220,9 @@ class ChooseMode:
             rows.append(list(prompt) + [t for c in cands for t in c])
             segments.append([0] * len(prompt) + [k + 1 for k, c in enumerate(cands) for _ in c])
             positions.append(list(range(len(prompt))) + [len(prompt) + j for c in cands for j in range(len(c))])
-        ids, _ = _pad(rows, p.tokenizer.pad_token_id, left=False)
-        seg, _ = _pad(segments, -1, left=False)
-        pos, _ = _pad(positions, 0, left=False)
+        ids, _ = pad(rows, p.tokenizer.pad_token_id, left=False)
+        seg, _ = pad(segments, -1, left=False)
+        pos, _ = pad(positions, 0, left=False)
         ids, seg, pos = ids.to(device), seg.to(device), pos.to(device)
         width = ids.shape[1]
         causal = torch.ones(width, width, dtype=torch.bool, device=device).tril()
@@ -422,7 +244,7 @@ class ChooseMode:
         targets = [t for cands in candidates for c in cands for t in c]
         ends = [len(x) - 1 for x in prompts]
         token_logp, _, _, values = core(
-            ids, p.attention_mask(allowed[:, None]), pos, *_as_long(device, pred_rows, pred_cols, targets, ends),
+            ids, p.attention_mask(allowed[:, None]), pos, *as_long(device, pred_rows, pred_cols, targets, ends),
             temperature=1.0, entropy=False,
         )  # fmt: skip
         owner_t = torch.as_tensor(owner, device=device)
@@ -440,7 +262,7 @@ class ChooseMode:
         if any(not a for a in admissible):
             raise ValueError("choose mode needs a non-empty admissible action list for every prompt")
         candidates = [[p.action_tokens(a) for a in acts] for acts in admissible]
-        order, slot = _unique_slots(prompts, candidates)
+        order, slot = unique_slots(prompts, candidates)
         log_pis: list[np.ndarray] = []
         values: list[float] = []
         sizes = [len(prompts[i]) + sum(len(c) for c in candidates[i]) for i in order]
@@ -468,7 +290,7 @@ class ChooseMode:
         return rollout
 
     def evaluate(self, prompts, responses, candidates, chosen, core, entropy) -> Evaluation:
-        order, slot = _unique_slots(prompts, candidates)
+        order, slot = unique_slots(prompts, candidates)
         seq_logp, counts, value = self.score_candidates(
             [prompts[i] for i in order], [candidates[i] for i in order], core
         )
@@ -589,17 +411,24 @@ class LLMPolicy(nn.Module):
         return self.actions.act(prompts, admissible, list(seeds), deterministic)
 
     @torch.no_grad()
+    def release_engine(self) -> float:
+        """The rollout is over: a separate engine's weights are stale from here (on CUDA it sleeps until the next
+        sync). Returns the seconds the engine's last weight sync took (0 for sampling on the training weights)."""
+        synced = self.backend.last_sync_s
+        self.backend.release()
+        return synced
+
     def values(self, prompts: list[list[int]]) -> list[float]:
         """Value-head estimates for prompts (used to bootstrap truncated episodes)."""
         if self.value_head is None:
             raise ValueError("this policy has no value head")
-        ids, mask = _pad(prompts, self.tokenizer.pad_token_id, left=True)
+        ids, mask = pad(prompts, self.tokenizer.pad_token_id, left=True)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         ends = [ids.shape[1] - 1] * len(prompts)  # left padding: every prompt ends in the last column
         with self.precision.autocast():
             *_, values = self.core(
                 ids.to(self.device), mask.to(self.device), positions.to(self.device),
-                *_as_long(self.device, [], [], [], ends), temperature=1.0, entropy=False,
+                *as_long(self.device, [], [], [], ends), temperature=1.0, entropy=False,
             )  # fmt: skip
         return values.float().tolist()
 

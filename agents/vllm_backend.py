@@ -27,8 +27,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from agents.models import Precision
-from agents.policy import STOP_TEXTS, eos_token_ids
+from agents.generation import STOP_TEXTS, eos_token_ids
+from agents.precision import Precision
 
 MISSING = (
     "backend='vllm' needs vLLM: pip install 'gagpo-gym[vllm]' (on a machine without CUDA: the community CPU build, "
@@ -91,7 +91,7 @@ def _head_size(config) -> int:
 
 
 class VLLMGenerationBackend:
-    """:class:`~agents.policy.GenerationBackend` on a ``vllm.LLM`` engine; weights synced once per update.
+    """:class:`~agents.generation.GenerationBackend` on a ``vllm.LLM`` engine; weights synced once per update.
 
     Args:
         model: the trainer's model (its weights are copied into the engine, never shared).

@@ -20,18 +20,12 @@ from typing import Any
 import numpy as np
 import torch
 
-PRIOR_FILE = "prior.json"
-#: First task seed of a held-out panel: far above any training pool (training tasks are seeds 0..task_pool-1).
-HELDOUT_OFFSET = 100_000
-#: Prompt settings a prior was trained with; an agent built on the prior takes them as its defaults.
-PROMPT_FIELDS = ("history_length", "show_admissible", "max_prompt_tokens", "invalid_action_penalty")
-#: How an agent fine-tunes a prior unless told otherwise. ``choose_score="sum"``: the warm start trains each action's
-#: summed token log-likelihood, so the prior's policy is the softmax of those sums, while "mean" (the random tiny
-#: model's default) flattens it: the MiniHouse prior sampled 0.14 success on its training tasks with "mean" and 0.81
-#: with "sum" (greedy: 0.72 either way). lr 1e-3 (the random tiny model's) wiped that prior out in two updates
-#: (held-out greedy 0.36 -> 0.06); lr 3e-4 with 2 epochs and lr 1e-4 with 4 kept it and raised training success
-#: (results/learning_minihouse-many_fine_tune.md); the former costs 0.6x the update time.
-FINE_TUNE = {"choose_score": "sum", "learning_rate": 3e-4, "n_epochs": 2}
+from agents.callbacks import ProgressBar
+from agents.env_spec import text_wrapping
+from agents.gagpo import GAGPOAgent
+from agents.models import quiet_hub
+from agents.prior import FINE_TUNE, PRIOR_FILE, PROMPT_FIELDS
+
 #: Warm-start losses (:func:`supervised_epochs`).
 OBJECTIVES = ("tokens", "choice")
 
@@ -48,23 +42,6 @@ class Transcript:
     expert_steps: int = 0
 
 
-def read_prior(source: str | Path) -> dict[str, Any] | None:
-    """The ``prior.json`` record of a warm-start folder, or None for anything else (a hub id, "tiny")."""
-    path = Path(source) / PRIOR_FILE
-    return json.loads(path.read_text()) if path.is_file() else None
-
-
-def prior_defaults(prior: dict[str, Any]) -> dict[str, Any]:
-    """Hyperparameters an agent built on a prior takes as defaults: the fine-tuning settings and its prompt's."""
-    return {**FINE_TUNE, **prior.get("fine_tune", {}), **prior.get("prompt", {})}
-
-
-def update_prior(source: str | Path, **fields: Any) -> None:
-    """Add ``fields`` to a warm-start folder's ``prior.json`` (what the scripts learn about it afterwards)."""
-    path = Path(source) / PRIOR_FILE
-    path.write_text(json.dumps({**json.loads(path.read_text()), **fields}, indent=2))
-
-
 def noisy_expert_transcripts(
     agent: Any,
     episodes: int,
@@ -79,16 +56,14 @@ def noisy_expert_transcripts(
     (``expert_action(kind)``) from envs that list it in their ``EXPERTS`` (MiniHouse: ``"search"``, an expert that
     knows only what the transcript shows). ``progress(1)`` is called after each episode.
     """
-    from agents.evaluation import make_env
-
-    env = make_env(agent.env_id, agent.env_kwargs, agent._wrap_kwargs(), agent.env_wrappers)
+    env = agent.env_spec.make(text_wrapping(agent.config))
     pool = agent.config.task_pool or 2**31 - 1
     out = Transcript()
     try:
-        kinds = getattr(env.unwrapped, "EXPERTS", ("oracle",))
+        kinds = getattr(env.unwrapped, "EXPERTS", ()) or ("oracle",)
         if expert != "oracle" and expert not in kinds:  # "oracle": whatever the env's expert_action() plays
             raise ValueError(f"{agent.env_id} has no {expert!r} expert; its experts: {', '.join(kinds)}")
-        ask = () if expert == "oracle" else (expert,)
+        ask = {} if expert == "oracle" else {"kind": expert}  # "oracle": the env's default expert
         for _ in range(episodes):
             obs, info = env.reset(seed=int(rng.integers(pool)))
             done = False
@@ -100,11 +75,11 @@ def noisy_expert_transcripts(
                     action = admissible[int(rng.integers(len(admissible)))]
                 else:
                     try:
-                        action = env.unwrapped.expert_action(*ask)
+                        action = env.unwrapped.expert_action(**ask)
                     except NotImplementedError as err:
                         raise ValueError(f"{agent.env_id} has no expert: the warm start imitates one") from err
                     out.expert_steps += 1
-                out.prompts.append(agent._prompt(obs, info))
+                out.prompts.append(agent.prompts.for_step(obs, info))
                 out.actions.append(action)
                 out.admissible.append(admissible)
                 obs, _, terminated, truncated, info = env.step(action)
@@ -210,9 +185,6 @@ def warm_start(
     ``out/prior.json``. ``progress``: progress bars on stderr for the expert episodes and the epochs (``None``:
     when ``verbose`` and stderr is a terminal; see :class:`agents.callbacks.ProgressBar`).
     """
-    from agents.callbacks import ProgressBar
-    from agents.gagpo import GAGPOAgent, _quiet_hub
-
     if not 0.0 <= epsilon <= 1.0:
         raise ValueError(f"epsilon must be in [0, 1], got {epsilon}")
     if objective not in OBJECTIVES:  # before the transcripts are played, not after
@@ -257,7 +229,7 @@ def warm_start(
     }
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    with _quiet_hub():
+    with quiet_hub():
         agent.policy.model.save_pretrained(out)
         agent.policy.tokenizer.save_pretrained(out)
     (out / PRIOR_FILE).write_text(json.dumps(record, indent=2))

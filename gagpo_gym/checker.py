@@ -31,7 +31,8 @@ def check_text_env(env, *, seed: int = 0, n_steps: int = 20, skip_render_check: 
     (DESIGN.md, "The text-env contract"): the spaces are ``gymnasium.spaces.Text`` with ``min_length=0`` and the
     space character; every ``info`` carries ``state_key`` (an int64), ``admissible_actions`` (a list of strings the
     action space holds, not empty unless the episode has ended), ``task`` (text in the observation space),
-    ``task_id`` (str), ``won`` (bool), ``task_type`` (str) if present and, after a step, ``action_valid`` (bool);
+    ``task_id`` (str), ``won`` (bool), ``task_type`` (str) and ``score`` (a finite float: a partial-credit score,
+    e.g. in [0, 1]) if present and, after a step, ``action_valid`` (bool);
     every reward is a finite number; admissible actions are accepted; an action outside the action space and the
     empty command are rejected without a change of state, and an unknown command does not raise.
 
@@ -168,6 +169,15 @@ class _Checker:
                 isinstance(info["task_type"], str),
                 where,
                 f"info['task_type'] must be a str where the env has types, got {info['task_type']!r:.200}",
+            )
+        if "score" in info:
+            score = info["score"]
+            self.require(
+                isinstance(score, (int, float, np.integer, np.floating))
+                and not isinstance(score, (bool, np.bool_))
+                and math.isfinite(float(score)),
+                where,
+                f"info['score'] must be a finite float (e.g. a partial-credit score in [0, 1]), got {score!r:.200}",
             )
         if after_step:
             valid = info["action_valid"]

@@ -8,7 +8,10 @@ small, checkable contract (DESIGN.md, "The text-env contract"):
 * ``reset(seed=s)`` gives the same task and initial state for the same ``s``;
 * ``info`` always carries ``state_key`` (int64, stable hash of the canonical true state),
   ``admissible_actions``, ``task``, ``task_id``, ``won``, after a step ``action_valid``, and ``task_type``
-  where the env has types;
+  where the env has types; optionally ``score``, a finite float (e.g. a partial-credit score in [0, 1], as
+  MiniShop and WebShop give at the end of an episode), which evaluation reports instead of ``won`` where present;
+* experts are declared on the class: ``EXPERTS`` names the kinds ``expert_action(kind)`` plays, the first being
+  the default (``kind=None``); an unknown kind raises one ``ValueError`` that names them;
 * an unknown or malformed action (one outside the action space included) never raises: the state is unchanged,
   ``action_valid=False``, reward 0 (the penalty is a wrapper's job).
 
@@ -18,7 +21,9 @@ Subclasses implement a handful of small methods; :class:`TextEnv` turns them int
 from __future__ import annotations
 
 import hashlib
+import inspect
 import string
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -86,10 +91,13 @@ def to_charset(text: str) -> str:
 class TextEnv(gym.Env[str, str]):
     """Base class for text envs. Subclasses implement:
 
-    * ``_new_task(options) -> str``: draw a task from ``self.np_random`` and return the first observation;
+    * ``_new_task(seed, options) -> str``: draw a task (from ``seed`` where the env maps seeds to tasks, else from
+      ``self.np_random``) and return the first observation; ``seed`` is the one given to ``reset`` (``None`` when
+      none was);
     * ``_execute(command) -> (observation, reward, terminated)`` for a command that :meth:`is_valid` accepted;
     * ``admissible_actions() -> list[str]`` and ``state_string() -> str`` (canonical true state);
-    * ``expert_action() -> str``: an oracle used by tests, warm starts and as the eval upper bound;
+    * ``expert_action(kind=None) -> str``: an expert used by tests, warm starts and as the eval upper bound, with
+      ``EXPERTS`` listing its kinds (``kind=None``: the first); :meth:`_expert_kind` resolves and checks ``kind``;
     * attributes ``task``, ``task_id``, ``won`` (and ``task_type`` where the env has types).
 
     A command is matched to the admissible list by :func:`match_command`: the exact spelling, else the same
@@ -105,11 +113,28 @@ class TextEnv(gym.Env[str, str]):
     #: North"`` is admissible). Off by default, as in ALFWorld and TextWorld; set it on the class (or on an
     #: instance) of an env where case carries meaning. Whitespace is normalised either way.
     case_sensitive: bool = False
+    #: The kinds of :meth:`expert_action`, the default first; empty for an env without an expert.
+    EXPERTS: tuple[str, ...] = ()
 
     task: str = ""
     task_id: str = ""
     task_type: str | None = None
     won: bool = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        hook = cls.__dict__.get("_new_task")
+        if callable(hook) and len(inspect.signature(hook).parameters) == 2:  # the old hook, _new_task(self, options)
+            warnings.warn(
+                f"{cls.__name__}._new_task(self, options) is deprecated: define _new_task(self, seed, options)",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+
+            def _new_task(self: TextEnv, seed: int | None, options: dict[str, Any], _old: Any = hook) -> str:
+                return _old(self, options)
+
+            cls._new_task = _new_task
 
     def __init__(self, render_mode: str | None = None) -> None:
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
@@ -120,7 +145,7 @@ class TextEnv(gym.Env[str, str]):
         self._last_observation = ""
 
     # ----- subclass API -------------------------------------------------------------------------------
-    def _new_task(self, options: dict[str, Any]) -> str:
+    def _new_task(self, seed: int | None, options: dict[str, Any]) -> str:
         raise NotImplementedError
 
     def _execute(self, command: str) -> tuple[str, float, bool]:
@@ -132,8 +157,16 @@ class TextEnv(gym.Env[str, str]):
     def state_string(self) -> str:
         raise NotImplementedError
 
-    def expert_action(self) -> str:
+    def expert_action(self, kind: str | None = None) -> str:
         raise NotImplementedError
+
+    def _expert_kind(self, kind: str | None) -> str:
+        """``kind`` checked against :attr:`EXPERTS`; ``None`` is the first (the default expert)."""
+        if kind is None and self.EXPERTS:
+            return self.EXPERTS[0]
+        if kind not in self.EXPERTS:
+            raise ValueError(f"{type(self).__name__}: expert kind must be one of {self.EXPERTS}, got {kind!r}")
+        return kind
 
     def canonical_action(self, action: Any) -> str | None:
         """The admissible command that ``action`` denotes (its admissible spelling), or ``None`` when it is invalid
@@ -144,7 +177,7 @@ class TextEnv(gym.Env[str, str]):
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict]:
         super().reset(seed=seed)
         self.won = False
-        self._last_observation = to_charset(self._new_task(dict(options or {})))
+        self._last_observation = to_charset(self._new_task(seed, dict(options or {})))
         return self._last_observation, self._info()
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict]:

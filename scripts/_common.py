@@ -17,6 +17,7 @@ if str(ROOT) not in sys.path:  # `python scripts/x.py` from a checkout that is n
     sys.path.insert(0, str(ROOT))
 
 import gagpo_gym  # noqa: E402, F401  (registers the built-in envs)
+from gagpo_gym.envs.alfworld import TASK_TYPES as ALFWORLD_TASK_TYPES  # noqa: E402
 
 try:  # the scripts print their own progress; Hugging Face's per-save shard bars are noise here
     from transformers.utils import logging as _hf_logging
@@ -25,22 +26,14 @@ try:  # the scripts print their own progress; Hugging Face's per-save shard bars
 except ImportError:
     pass
 
-#: The paper's ALFWorld columns, from the envs' short task-type names (ALFWorld's long names map too).
+#: The paper's ALFWorld columns (Pick, Look, Clean, Heat, Cool, Pick2), in its order: the envs' short task-type
+#: names capitalised, from gagpo_gym.envs.alfworld.TASK_TYPES (ALFWorld's long name -> short name).
+ALFWORLD_ORDER = tuple(short.capitalize() for short in ALFWORLD_TASK_TYPES.values())
+#: Paper column of each task type, by short name (``pick2``) or ALFWorld's long name (``pick_two_obj_and_place``).
 TASK_TYPE_COLUMNS: dict[str, str] = {
-    "pick": "Pick",
-    "look": "Look",
-    "clean": "Clean",
-    "heat": "Heat",
-    "cool": "Cool",
-    "pick2": "Pick2",
-    "pick_and_place_simple": "Pick",
-    "look_at_obj_in_light": "Look",
-    "pick_clean_then_place_in_recep": "Clean",
-    "pick_heat_then_place_in_recep": "Heat",
-    "pick_cool_then_place_in_recep": "Cool",
-    "pick_two_obj_and_place": "Pick2",
+    **{short: short.capitalize() for short in ALFWORLD_TASK_TYPES.values()},
+    **{long: short.capitalize() for long, short in ALFWORLD_TASK_TYPES.items()},
 }
-ALFWORLD_ORDER = ("Pick", "Look", "Clean", "Heat", "Cool", "Pick2")
 #: Envs whose table follows the paper's ALFWorld shape / WebShop shape.
 HOUSEHOLD_ENVS = ("ALFWorld", "MiniHouse")
 SHOP_ENVS = ("MiniShop", "WebShop")
@@ -59,7 +52,7 @@ def resolve_env_id(env_id: str) -> str:
     (it registers the env) and kept in the returned id (``my_envs:MyEnv-v0`` -> ``my_envs:gagpo_gym/MyEnv-v0``),
     so that an agent trained on it saves an id that imports its module again wherever it is loaded.
     """
-    from agents.evaluation import canonical_env_id
+    from agents.env_spec import canonical_env_id
 
     try:
         return canonical_env_id(env_id)
@@ -82,7 +75,7 @@ def parse_json_kwargs(text: str | None, flag: str = "--env-kwargs") -> dict[str,
 
 def check_env_kwargs(env_id: str, env_kwargs: dict[str, Any]) -> None:
     """Build the env once so that a bad constructor argument is reported before any work starts."""
-    from agents.evaluation import make_env
+    from agents.env_spec import make_env
 
     try:
         make_env(env_id, env_kwargs, None).close()
@@ -268,64 +261,6 @@ def interrupted(message: str) -> NoReturn:
 
 
 # ----- GAGPOConfig -> command-line flags -------------------------------------------------------------------
-#: Help for GAGPOConfig's fields; a field missing here is described by its comment in agents/config.py.
-FIELD_HELP: dict[str, str] = {
-    "num_groups": "rollout groups (tasks) per iteration",
-    "group_size": "episodes per group, all on the same task",
-    "gamma": "discount factor",
-    "bootstrap_truncated": "GAGPO: bootstrap a time-limit truncation with the group's value of the next state",
-    "omega": "GiGPO: weight of the step-level term",
-    "gigpo_std_norm": "GiGPO: divide by the std (GRPO-style) in both terms",
-    "adv_eps": "epsilon added to the std in every normalisation",
-    "history_length": "previous (observation, action) pairs shown in the prompt",
-    "max_prompt_tokens": "prompt length cap (older history is dropped first)",
-    "max_new_tokens": "generate mode: tokens per response",
-    "show_admissible": "list the admissible actions in the prompt",
-    "invalid_action_penalty": "reward subtracted for an invalid or unparsable action",
-    "temperature": "sampling temperature during rollouts",
-    "learning_rate": "AdamW learning rate; none: 1e-3 for the tiny model, 1e-6 otherwise",
-    "n_epochs": "passes over each rollout in the update (0: 4 for the tiny model, 2 otherwise)",
-    "clip_range_low": "PPO clip: lower bound 1 - clip_range_low on the ratio",
-    "clip_range_high": "PPO clip: upper bound 1 + clip_range_high on the ratio",
-    "ent_coef": "entropy bonus coefficient",
-    "vf_coef": "value-loss coefficient (ppo estimator only)",
-    "max_grad_norm": "gradient-norm clipping threshold",
-    "weight_decay": "AdamW weight decay",
-    "device": "auto | cpu | cuda | cuda:N | mps",
-    "dtype": "compute dtype: auto (bf16 on CUDA, fp32 otherwise) | float32 | bfloat16 (weights train in fp32)",
-    "lora_r": "LoRA rank (0: full fine-tuning)",
-    "lora_alpha": "LoRA alpha",
-    "gradient_checkpointing": "trade compute for memory in the update",
-    "tiny_vocab_size": "tiny model: BPE vocabulary size (trained on the env's text)",
-    "tiny_hidden_size": "tiny model: hidden size",
-    "tiny_layers": "tiny model: transformer layers",
-    "tiny_heads": "tiny model: attention heads (key/value heads: half; vLLM on a CPU needs head size >= 32)",
-    "backend": "generate mode's rollout engine: hf | vllm (in-process vLLM, weights synced once per iteration)",
-    "vllm_gpu_memory_utilization": "vllm backend: the engine's share of the GPU while awake (CUDA only)",
-    "seed": "seed for the model, sampling and the task sampler",
-}
-
-
-def _config_comments() -> dict[str, str]:
-    """Trailing ``# ...`` comments of GAGPOConfig's fields, read from its source (one source of truth)."""
-    import inspect
-    import io
-    import tokenize
-
-    from agents.config import GAGPOConfig
-
-    comments: dict[str, str] = {}
-    name = None
-    for token in tokenize.generate_tokens(io.StringIO(inspect.getsource(GAGPOConfig)).readline):
-        if token.type == tokenize.NL or token.type == tokenize.NEWLINE:
-            name = None
-        elif token.type == tokenize.NAME and name is None and token.start[1] == 4:
-            name = token.string
-        elif token.type == tokenize.COMMENT and name is not None and token.start[1] > 4:
-            comments[name] = token.string.lstrip("# ").strip()
-    return comments
-
-
 def _optional_float(text: str) -> float | None:
     if text.lower() in ("none", "auto"):
         return None
@@ -333,7 +268,8 @@ def _optional_float(text: str) -> float | None:
 
 
 def add_config_arguments(parser: Any, skip: Sequence[str] = ()) -> list[str]:
-    """One flag per GAGPOConfig field (``num_groups`` -> ``--num-groups``), typed, with default and help.
+    """One flag per GAGPOConfig field (``num_groups`` -> ``--num-groups``), typed, with its default and the help
+    text from the field's ``metadata["help"]``.
 
     Defaults are not stored in the namespace (``argparse.SUPPRESS``): :func:`config_overrides` returns exactly
     the values the user gave, so a resumed run keeps its saved hyperparameters unless a flag overrides one.
@@ -345,7 +281,6 @@ def add_config_arguments(parser: Any, skip: Sequence[str] = ()) -> list[str]:
     from agents.config import ESTIMATORS, GAGPOConfig
 
     hints = typing.get_type_hints(GAGPOConfig)
-    comments = _config_comments()
     group = parser.add_argument_group("hyperparameters (agents.config.GAGPOConfig)")
     names = []
     for field in dataclasses.fields(GAGPOConfig):
@@ -353,7 +288,7 @@ def add_config_arguments(parser: Any, skip: Sequence[str] = ()) -> list[str]:
             continue
         names.append(field.name)
         hint = hints[field.name]
-        text = FIELD_HELP.get(field.name) or comments.get(field.name) or field.name.replace("_", " ")
+        text = field.metadata["help"]  # every GAGPOConfig field carries its help (agents/config.py)
         kwargs: dict[str, Any] = {"dest": field.name, "default": argparse.SUPPRESS}
         if hint is bool:
             kwargs["action"] = argparse.BooleanOptionalAction

@@ -23,6 +23,7 @@ import gymnasium as gym
 import numpy as np
 
 import gagpo_gym  # noqa: F401  (registers the envs)
+from gagpo_gym.core import state_key
 from gagpo_gym.envs.alfworld import SPLITS, TASK_TYPES
 
 TYPES = list(TASK_TYPES.values())
@@ -40,7 +41,7 @@ class Rollouts:
 def play(env, seed: int, policy, rng: np.random.Generator, out: Rollouts, source: str, clock: dict) -> None:
     """One episode; ``clock`` collects reset (new game / replay of the loaded one), step and policy times."""
     t = time.perf_counter()
-    _, info = env.reset(seed=seed)
+    obs, info = env.reset(seed=seed)
     clock["replay reset" if source == "random" else "new-game reset"].append(time.perf_counter() - t)
     task_type, game = info["task_type"], info["task_id"]
     terminated = truncated = False
@@ -49,9 +50,9 @@ def play(env, seed: int, policy, rng: np.random.Generator, out: Rollouts, source
         t = time.perf_counter()
         action = policy(env, info, rng)
         clock[f"{source} policy"].append(time.perf_counter() - t)
-        out.rows[source, task_type].append((game, info["obs_key"], info["state_key"]))
+        out.rows[source, task_type].append((game, state_key(obs), info["state_key"]))  # StateKey's "observation"
         t = time.perf_counter()
-        _, _, terminated, truncated, info = env.step(action)
+        obs, _, terminated, truncated, info = env.step(action)
         clock["step"].append(time.perf_counter() - t)
         steps += 1
     out.wins[source, task_type].append(bool(info["won"]))
@@ -60,6 +61,10 @@ def play(env, seed: int, policy, rng: np.random.Generator, out: Rollouts, source
 
 def expert(env, info, rng) -> str:
     return env.unwrapped.expert_action()
+
+
+def handcoded_expert(env, info, rng) -> str:
+    return env.unwrapped.expert_action(kind="handcoded")
 
 
 def random_admissible(env, info, rng) -> str:
@@ -84,8 +89,8 @@ def run_split(split: str, args: argparse.Namespace) -> None:
     n_games = len(planner.unwrapped.games)
     sources = [("planner", planner, expert)]
     if args.handcoded:
-        handcoded = gym.make("gagpo_gym/ALFWorld-v0", split=split, data_root=args.data_root, expert="handcoded")
-        sources.append(("handcoded", handcoded, expert))
+        handcoded = gym.make("gagpo_gym/ALFWorld-v0", split=split, data_root=args.data_root)
+        sources.append(("handcoded", handcoded, handcoded_expert))
     started = time.perf_counter()
     for seed in range(n_games):
         for source, env, policy in sources:

@@ -22,7 +22,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import agents.gagpo as gagpo  # noqa: E402
+import agents.update as update  # noqa: E402
 from agents import GAGPOAgent  # noqa: E402
 
 RANGES = {"ppo 0.2": (0.2, 0.2), "gspo 3e-4/4e-4": (3e-4, 4e-4)} | {f"{e:g}": (e, e) for e in (1e-3, 3e-3, 1e-2, 3e-2)}
@@ -30,7 +30,7 @@ RANGES = {"ppo 0.2": (0.2, 0.2), "gspo 3e-4/4e-4": (3e-4, 4e-4)} | {f"{e:g}": (e
 
 def measure(model: str, setting: dict, iterations: int, seed: int) -> dict:
     deviations: list[float] = []
-    original = gagpo.clipped_policy_loss
+    original = update.clipped_policy_loss
 
     def recording(logp, old, mask, advantages, **kwargs):
         m = mask.float()
@@ -43,7 +43,7 @@ def measure(model: str, setting: dict, iterations: int, seed: int) -> dict:
         minibatch_size=4, n_epochs=2, max_new_tokens=24, history_length=0, torch_threads=1, verbose=0,
         seed=seed, env_kwargs={"max_episode_steps": 2}, **setting,
     )  # fmt: skip
-    gagpo.clipped_policy_loss = recording
+    update.clipped_policy_loss = recording
     t0 = time.perf_counter()
     try:
         per_iteration = []
@@ -52,7 +52,7 @@ def measure(model: str, setting: dict, iterations: int, seed: int) -> dict:
             agent.learn(1, reset_num_timesteps=False)
             per_iteration.append(np.concatenate(deviations[1:]))  # minibatch 0 is on-policy
     finally:
-        gagpo.clipped_policy_loss = original
+        update.clipped_policy_loss = original
     dev = np.concatenate(per_iteration)
     out = {
         "actions": int(dev.size),

@@ -43,7 +43,7 @@ from _common import (
 from stable_baselines3.common.logger import KVWriter, Logger
 
 from agents.config import ESTIMATORS
-from agents.warm_start import HELDOUT_OFFSET
+from agents.prior import HELDOUT_OFFSET
 
 
 @dataclass(frozen=True)
@@ -565,7 +565,8 @@ def _with_prior() -> list[str]:
 
 def build_prior(name: str, setup: EnvSetup, overrides: dict[str, Any]) -> str:
     """The env setup's warm-start prior at priors/<name>, built once (reused while its recipe is unchanged)."""
-    from agents.warm_start import read_prior, update_prior, warm_start
+    from agents.prior import read_prior, update_prior
+    from agents.warm_start import warm_start
 
     path = ROOT / "priors" / name
     shaping = {k: v for k, v in {**setup.config, **overrides}.items() if k in PRIOR_SHAPING}

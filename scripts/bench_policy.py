@@ -22,8 +22,10 @@ import numpy as np
 import torch
 
 import gagpo_gym
-from agents.models import Precision, load_causal_lm, load_tokenizer
-from agents.policy import HFGenerationBackend, LLMPolicy
+from agents.generation import HFGenerationBackend
+from agents.models import load_causal_lm, load_tokenizer
+from agents.policy import LLMPolicy
+from agents.precision import Precision
 from agents.tiny import TinyModelSpec, build_tiny_model, collect_env_text, train_tokenizer
 from wrappers import PromptBuilder
 

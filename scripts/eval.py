@@ -135,7 +135,7 @@ def _bare(env_id: str) -> str:
 
 def choose_env(args: argparse.Namespace, metas: dict[str, dict[str, Any]]) -> tuple[str, dict[str, Any]]:
     """The panel's env: ``--env`` / ``--env-kwargs`` where given, else the saved agents' own; warns on a mismatch."""
-    from agents.evaluation import canonical_env_id
+    from agents.env_spec import canonical_env_id
 
     saved: dict[str, tuple[str | None, dict[str, Any]]] = {}
     for path, meta in metas.items():
@@ -170,7 +170,7 @@ def choose_env(args: argparse.Namespace, metas: dict[str, dict[str, Any]]) -> tu
 
 def probe_env(env_id: str, env_kwargs: dict[str, Any]) -> tuple[bool, str]:
     """Build the env once: a bad constructor argument exits now. Returns (has an expert, the expert row's label)."""
-    from agents.evaluation import make_env
+    from agents.env_spec import make_env
     from gagpo_gym.core import TextEnv
 
     try:

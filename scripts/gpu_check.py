@@ -130,7 +130,7 @@ def peak_gib(device: torch.device) -> float | None:
 
 
 def padded(values: list[torch.Tensor], like: torch.Tensor) -> torch.Tensor:
-    """Per-row log-probs, zero-padded to ``like``'s [B, T] (as ``GAGPOAgent._padded``)."""
+    """Per-row log-probs, zero-padded to ``like``'s [B, T] (as ``agents.update.padded``, on tensors)."""
     out = torch.zeros(like.shape, dtype=torch.float32, device=like.device)
     for k, v in enumerate(values):
         out[k, : len(v)] = v.to(like.device)
@@ -142,8 +142,8 @@ def agent_update(policy, optimizer, rows, old_logp, advantages, budget: int, cli
 
     ``old_logp`` None uses the forward's own (detached) log-probs, so the ratio is 1 and only the cost is measured.
     """
+    from agents.batching import budget_batches
     from agents.loss import clipped_policy_loss
-    from agents.policy import budget_batches
 
     optimizer.zero_grad(set_to_none=True)
     ratio_dev = 0.0
@@ -161,12 +161,12 @@ def agent_update(policy, optimizer, rows, old_logp, advantages, budget: int, cli
 
 def hf_forward_backward(model, rows, budget: int, precision, pad_id: int) -> None:
     """The reference: Hugging Face's own causal-LM loss on the response tokens, same micro-batches and autocast."""
-    from agents.policy import _pad, budget_batches
+    from agents.batching import budget_batches, pad
 
     model.zero_grad(set_to_none=True)
     device = precision.device
     for micro in budget_batches([len(p) + len(r) for p, r in rows], budget):
-        ids, mask = _pad([rows[i][0] + rows[i][1] for i in micro], pad_id, left=False)
+        ids, mask = pad([rows[i][0] + rows[i][1] for i in micro], pad_id, left=False)
         labels = torch.full_like(ids, -100)
         for k, i in enumerate(micro):
             start = len(rows[i][0])
@@ -203,9 +203,11 @@ def moved_shares(before: list[torch.Tensor], after: list[torch.Tensor]) -> tuple
 def run_check(shape: Shape, device: torch.device, dtype_name: str, budget: int, seed: int) -> dict[str, Any]:
     import transformers
 
+    from agents.batching import budget_batches
     from agents.config import CLIP_GENERATE
-    from agents.models import Precision, enable_gradient_checkpointing, resolve_dtype
-    from agents.policy import LLMPolicy, budget_batches
+    from agents.models import enable_gradient_checkpointing
+    from agents.policy import LLMPolicy
+    from agents.precision import Precision, resolve_dtype
     from agents.tiny import train_tokenizer
 
     t_start = time.perf_counter()
@@ -339,7 +341,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, help="also write the results as JSON here")
     args = parser.parse_args(argv)
     check_imports()
-    from agents.models import resolve_device
+    from agents.precision import resolve_device
 
     torch.set_num_threads(args.threads)
     device = resolve_device("cpu" if args.small and args.device == "auto" else args.device)

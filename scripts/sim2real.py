@@ -9,7 +9,7 @@ Stages (each skipped with ``--resume`` when its output is there):
    episode, from the transcripts of MiniHouse's searching expert (it finds objects by looking; it never reads where
    they are), with the ``"choice"`` objective (the choose-mode policy's own cross-entropy).
 2. **GAGPO** on full-size MiniHouse from that prior (``GAGPOAgent(env, model=prior).learn(steps)``), with the
-   fine-tuning settings a prior brings (``warm_start.FINE_TUNE``).
+   fine-tuning settings a prior brings (``agents.prior.FINE_TUNE``).
 3. **Evaluation on the real engine** through ``scripts/eval.py`` (ALFWorld-v0, 50 steps, greedy, per task type):
    the random admissible policy, the prior, the agent after GAGPO, and ALFWorld's handcoded expert (it sees what
    the agent sees). Model selection uses valid_seen only: of the prior and the agent after GAGPO, the better one on
@@ -74,7 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def warm_start_stage(args: argparse.Namespace, prior: Path) -> dict[str, Any]:
-    from agents.warm_start import read_prior, warm_start
+    from agents.prior import read_prior
+    from agents.warm_start import warm_start
 
     record = read_prior(prior) if args.resume else None
     if record is not None:

@@ -141,7 +141,7 @@ def _main(args: argparse.Namespace, names: list[str], state: dict[str, Any]) -> 
     env_kwargs = parse_json_kwargs(args.env_kwargs)
 
     from agents.callbacks import IterationCheckpoint
-    from agents.evaluation import make_env
+    from agents.env_spec import make_env
     from agents.gagpo import AGENT_FILE, GAGPOAgent
 
     verbose = 0 if args.quiet else 1

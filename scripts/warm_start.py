@@ -19,7 +19,7 @@ import time
 
 from _common import ROOT, check_env_kwargs, fail, markdown_table, parse_json_kwargs, resolve_env_id
 
-from agents.warm_start import HELDOUT_OFFSET, update_prior
+from agents.prior import HELDOUT_OFFSET, update_prior
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -31,7 +31,7 @@ from reference_advantages import (
     split_episodes,
 )
 
-from agents import advantages
+from agents import keys as agent_keys
 from agents.advantages import (
     discounted_returns,
     gae_advantages,
@@ -442,9 +442,9 @@ def test_episode_coef_adds_grpo_to_the_normalised_advantage(layout, normalize, e
 def test_colliding_int_pairs_stay_apart():
     """(g1, k1) and (g2, k2) with the same 64-bit pair hash, also through a truncated row's next key."""
     g1, g2, k1 = 3, 8, 12345
-    mix = advantages._mix(np.array([g1, g2], dtype=np.uint64))
+    mix = agent_keys.mix(np.array([g1, g2], dtype=np.uint64))
     k2 = int(np.array([np.uint64(k1) ^ mix[0] ^ mix[1]]).view(np.int64)[0])
-    code = advantages._key_hash(np.array([k1, k2])) ^ advantages._mix(np.array([g1, g2], dtype=np.uint64))
+    code = agent_keys.key_hash(np.array([k1, k2])) ^ agent_keys.mix(np.array([g1, g2], dtype=np.uint64))
     assert code[0] == code[1]
     episodes = [
         Episode(0, g1, [k1, 7], [0.0, 1.0], True, 0),
@@ -478,7 +478,7 @@ def _colliding_hash(keys: np.ndarray) -> np.ndarray:
     return _real_key_hash(keys) & np.uint64(3)
 
 
-_real_key_hash = advantages._key_hash
+_real_key_hash = agent_keys.key_hash
 
 
 @settings(max_examples=100, **PROFILE)
@@ -488,7 +488,7 @@ def test_estimators_stay_exact_under_hash_collisions(layout, lam, min_count, dat
     levels = draw_levels(data, d["rewards"].size)
     options = dict(lam=lam, backoff_keys=levels, backoff_min_count=min_count)
     sets = base(d, "group_index", "state_keys")
-    with mock.patch.object(advantages, "_key_hash", _colliding_hash):
+    with mock.patch.object(agent_keys, "key_hash", _colliding_hash):
         assert_allclose(gagpo_advantages(**d, **options), ref_gagpo(**d, **options), **TOL)
         gigpo_args = base(d, "rewards", "episode_index", "group_index", "state_keys")
         assert_allclose(gigpo_advantages(**gigpo_args), ref_gigpo(**gigpo_args), **TOL)

@@ -43,7 +43,7 @@ class Signs(TextEnv):
         self.signs: list[str] = []
         self.k = 0
 
-    def _new_task(self, options: dict[str, Any]) -> str:
+    def _new_task(self, seed: int | None, options: dict[str, Any]) -> str:
         self.signs = [DIRECTIONS[i] for i in self.np_random.integers(4, size=self.n_signs)]
         self.k = 0
         self.task, self.task_id = "Follow the signs to the exit.", "signs-" + "-".join(self.signs)
@@ -138,7 +138,7 @@ def staggered_rows() -> list[Row]:
             last = t == len(steps) - 1
             next_key = NEXT_KEY_AFTER_TRUNCATION.get(ep, -1) if last else steps[t + 1][0]
             rows.append(
-                Row(group=group, episode=ep, prompt_ids=[ep, t], old_logp=np.zeros(1), reward=reward,
+                Row(group=group, episode=ep, prompt_ids=[ep, t], rollout_logp=np.zeros(1), reward=reward,
                     state_key=key, next_state_key=next_key, terminated=terminated, done=last,
                     won=terminated and reward > 0)
             )  # fmt: skip
@@ -275,7 +275,7 @@ def test_buffer_batch_normalisation_reduced_over_ranks_equals_one_buffer() -> No
             buffer = GroupRolloutBuffer(config)
             buffer.start_group(0, list(range(len(rewards))))
             for ep, reward in enumerate(rewards):
-                buffer.add(Row(group=0, episode=ep, prompt_ids=[ep, 0], old_logp=np.zeros(1), reward=reward,
+                buffer.add(Row(group=0, episode=ep, prompt_ids=[ep, 0], rollout_logp=np.zeros(1), reward=reward,
                                state_key=1, next_state_key=2, terminated=True, done=True, won=reward > 0))  # fmt: skip
             buffer.finalize(reduce)
             results.append(buffer.advantages())
@@ -382,7 +382,7 @@ def test_buffer_rejects_inconsistent_use() -> None:
     with pytest.raises(ValueError, match="episode 10 of group 5 is not running"):
         buffer.add(row)
     buffer.start_group(7, [30])
-    buffer.add(Row(group=7, episode=30, prompt_ids=[30, 0], old_logp=np.zeros(1), reward=1.0, state_key=1,
+    buffer.add(Row(group=7, episode=30, prompt_ids=[30, 0], rollout_logp=np.zeros(1), reward=1.0, state_key=1,
                    next_state_key=2, terminated=True, done=True, won=True))  # fmt: skip
     with pytest.raises(ValueError, match="group 7 was already started"):  # finished, but still in this rollout
         buffer.start_group(7, [31])
@@ -395,8 +395,8 @@ def test_choose_mode_stored_log_probs_equal_recomputation(agent: GAGPOAgent) -> 
     rows = collect(agent)
     assert len({len(r.prompt_ids) for r in rows}) > 1  # prompts of different lengths share batches
     with torch.no_grad():
-        fresh = agent._evaluate_rows(rows).logp[:, 0].numpy()
-    stored = np.array([r.old_logp[0] for r in rows])
+        fresh = agent.update.evaluate_rows(rows).logp[:, 0].numpy()
+    stored = np.array([r.rollout_logp[0] for r in rows])
     np.testing.assert_allclose(stored, fresh, atol=1e-4)
     # They are log-probs of a distribution over the admissible actions.
     r = rows[0]
@@ -411,14 +411,14 @@ def test_choose_mode_stored_log_probs_equal_recomputation(agent: GAGPOAgent) -> 
 def test_generate_mode_stored_log_probs_equal_recomputation() -> None:
     gen = make_agent(action_mode="generate", max_new_tokens=6, seed=1)
     rows = collect(gen)
-    assert all(1 <= len(r.response_ids) <= 6 and len(r.old_logp) == len(r.response_ids) for r in rows)
+    assert all(1 <= len(r.response_ids) <= 6 and len(r.rollout_logp) == len(r.response_ids) for r in rows)
     assert len({len(r.response_ids) for r in rows}) > 1 or len({len(r.prompt_ids) for r in rows}) > 1
     with torch.no_grad():
-        ev = gen._evaluate_rows(rows)
+        ev = gen.update.evaluate_rows(rows)
     for k, r in enumerate(rows):
         n = len(r.response_ids)
         assert ev.mask[k].sum() == n
-        np.testing.assert_allclose(r.old_logp, ev.logp[k, :n].numpy(), atol=1e-4)
+        np.testing.assert_allclose(r.rollout_logp, ev.logp[k, :n].numpy(), atol=1e-4)
 
 
 def duplicated_scores(policy: LLMPolicy, prompt: list[int], candidates: list[list[int]]) -> list[float]:
@@ -435,7 +435,7 @@ def duplicated_scores(policy: LLMPolicy, prompt: list[int], candidates: list[lis
 def test_choose_mode_packed_candidates_equal_duplicated_prompts(agent: GAGPOAgent) -> None:
     policy = agent.policy
     obs, infos = observations(3)
-    prompts = [agent._prompt(o, i) for o, i in zip(obs, infos)]
+    prompts = [agent.prompts.for_step(o, i) for o, i in zip(obs, infos)]
     prompts.append(prompts[0][:11])  # a much shorter prompt in the same batch
     assert len({len(p) for p in prompts}) >= 3
     actions = [["go north", "go east"], ["go west", "go north", "go south"], ["go east"], ["go south", "go"]]
@@ -462,7 +462,7 @@ def test_choose_score_sum_and_mean(agent: GAGPOAgent, score: str, temperature: f
     base = agent.policy
     policy = LLMPolicy(base.model, base.tokenizer, action_mode="choose", choose_score=score, temperature=temperature)
     obs, infos = observations(2)
-    prompt = agent._prompt(obs[0], infos[0])
+    prompt = agent.prompts.for_step(obs[0], infos[0])
     actions = ["go north", "go east", "go to the far far away exit"]
     cands = [policy.action_tokens(a) for a in actions]
     seq = np.array(duplicated_scores(policy, prompt, cands))
@@ -482,7 +482,7 @@ def test_choose_score_sum_and_mean(agent: GAGPOAgent, score: str, temperature: f
 def test_deterministic_act_picks_the_argmax(agent: GAGPOAgent) -> None:
     policy = agent.policy
     obs, infos = observations(4)
-    prompts = [agent._prompt(o, i) for o, i in zip(obs, infos)]
+    prompts = [agent.prompts.for_step(o, i) for o, i in zip(obs, infos)]
     admissible = [i["admissible_actions"] for i in infos]
     picks = [policy.act(prompts, admissible, rng=np.random.default_rng(s), deterministic=True) for s in (0, 1)]
     assert picks[0].chosen == picks[1].chosen
@@ -598,7 +598,7 @@ def test_save_load_roundtrip(tmp_path: Path) -> None:
     assert loaded.config == agent.config
     obs, infos = observations(6)
     assert loaded.predict(obs, infos, deterministic=True) == agent.predict(obs, infos, deterministic=True)
-    prompts = [agent._prompt(o, i) for o, i in zip(obs, infos)]
+    prompts = [agent.prompts.for_step(o, i) for o, i in zip(obs, infos)]
     admissible = [i["admissible_actions"] for i in infos]
     a = agent.policy.act(prompts, admissible, rng=np.random.default_rng(0))
     b = loaded.policy.act(prompts, admissible, rng=np.random.default_rng(0))
@@ -684,7 +684,7 @@ def test_sb3_checkpoint_callback_saves_the_last_iteration_boundary(tmp_path: Pat
     agent = make_agent(seed=4)
     boundaries: list[int] = []
     train = agent.train
-    agent.train = lambda: (train(), boundaries.append(agent.num_timesteps))
+    agent.train = lambda plan: (train(plan), boundaries.append(agent.num_timesteps))
     callback = CheckpointCallback(save_freq=4, save_path=str(tmp_path), name_prefix="ck", save_vecnormalize=True)
     agent.learn(30, callback=callback)
     saved = sorted(tmp_path.glob("ck_*_steps.zip"), key=lambda p: int(p.name.split("_")[1]))

@@ -148,10 +148,10 @@ def test_random_admissible_walks_are_always_accepted(env):
 def test_same_seed_gives_the_same_episode_in_a_fresh_env_and_after_other_games(env):
     def trace(e, seed):
         obs, info = e.reset(seed=seed)
-        rows = [(obs, info["state_key"], info["obs_key"], tuple(info["admissible_actions"]), info["task_id"])]
+        rows = [(obs, info["state_key"], tuple(info["admissible_actions"]), info["task_id"])]
         for i in range(4):
             obs, _, _, _, info = e.step(info["admissible_actions"][(7 * i) % len(info["admissible_actions"])])
-            rows.append((obs, info["state_key"], info["obs_key"], tuple(info["admissible_actions"])))
+            rows.append((obs, info["state_key"], tuple(info["admissible_actions"])))
         return rows
 
     fresh = gym.make(ENV_ID, data_root=DATA)
@@ -240,11 +240,11 @@ def test_check_env_and_the_text_env_contract():
 @needs_data
 def test_handcoded_expert_is_deterministic_and_leaves_global_random_alone():
     def play(seed: int) -> tuple[list[str], bool]:
-        env = gym.make(ENV_ID, data_root=DATA, expert="handcoded")
+        env = gym.make(ENV_ID, data_root=DATA)
         env.reset(seed=seed)
         actions, info = [], {"won": False}
         for _ in range(50):
-            actions.append(env.unwrapped.expert_action())
+            actions.append(env.unwrapped.expert_action(kind="handcoded"))
             _, _, terminated, _, info = env.step(actions[-1])
             assert info["action_valid"]
             if terminated:

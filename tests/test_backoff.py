@@ -155,7 +155,7 @@ def buffer_rows(with_keys: bool = True) -> list[Row]:
             last = t == len(steps) - 1
             s, obs_key, reward = steps[t]
             rows.append(
-                Row(group=group, episode=ep, prompt_ids=[ep, t], old_logp=np.zeros(1), reward=reward,
+                Row(group=group, episode=ep, prompt_ids=[ep, t], rollout_logp=np.zeros(1), reward=reward,
                     state_key=s, next_state_key=NEXT_AFTER_TRUNCATION.get(ep, -1) if last else steps[t + 1][0],
                     terminated=last and terminated, done=last, won=last and terminated and reward > 0,
                     backoff_keys=(obs_key, 0) if with_keys else ())

@@ -24,7 +24,7 @@ class Keys(TextEnv):
 
     ACTIONS = ("[A C]", "[B D]", "[Q]")
 
-    def _new_task(self, options: dict[str, Any]) -> str:
+    def _new_task(self, seed: int | None, options: dict[str, Any]) -> str:
         self.task, self.task_id, self.pressed = "Press [A C] to win, [Q] to quit.", "keys", []
         return "Keys: [A C], [B D], [Q]."
 
@@ -194,7 +194,9 @@ def test_learn_on_an_env_without_state_key_says_what_to_do(register) -> None:
 class Walk(TextEnv):
     """Walk right three times; subclasses break one point of the contract."""
 
-    def _new_task(self, options: dict[str, Any]) -> str:
+    EXPERTS = ("oracle",)
+
+    def _new_task(self, seed: int | None, options: dict[str, Any]) -> str:
         self.task, self.task_id, self.pos = "Walk right 3 times.", "walk", 0
         return "At 0."
 
@@ -209,7 +211,8 @@ class Walk(TextEnv):
     def state_string(self) -> str:
         return str(self.pos)
 
-    def expert_action(self) -> str:
+    def expert_action(self, kind: str | None = None) -> str:
+        self._expert_kind(kind)
         return "right"
 
 
@@ -286,8 +289,8 @@ class FreshStart(Walk):
 
     resets = 0
 
-    def _new_task(self, options: dict[str, Any]) -> str:
-        obs = super()._new_task(options)
+    def _new_task(self, seed: int | None, options: dict[str, Any]) -> str:
+        obs = super()._new_task(seed, options)
         FreshStart.resets += 1
         self.task_id = f"walk-{FreshStart.resets}"
         return obs
@@ -321,6 +324,23 @@ class StringKey(Walk):
         return {**super()._info(**extra), "state_key": "0"}
 
 
+class PartialScore(Walk):
+    """A partial-credit ``info["score"]`` (how far it got, in [0, 1]) is part of the contract."""
+
+    def _info(self, **extra: Any) -> dict[str, Any]:
+        return {**super()._info(**extra), "score": self.pos / 3}
+
+
+class InfScore(Walk):
+    def _info(self, **extra: Any) -> dict[str, Any]:
+        return {**super()._info(**extra), **({"score": float("inf")} if "action_valid" in extra else {})}
+
+
+class StringScore(Walk):
+    def _info(self, **extra: Any) -> dict[str, Any]:
+        return {**super()._info(**extra), "score": "1.0"}
+
+
 @pytest.mark.parametrize(
     ("env_class", "match"),
     [
@@ -336,6 +356,8 @@ class StringKey(Walk):
         (NoActionValid, r"step\('right' \+ 2044 spaces\): info lacks 'action_valid' \(action_valid: a bool"),
         (NoneType, r"reset\(seed=0\): info\['task_type'\] must be a str where the env has types, got None"),
         (StringKey, r"reset\(seed=0\): info\['state_key'\] must be an int64, got str '0'"),
+        (InfScore, r"step\(.*\): info\['score'\] must be a finite float .*, got inf"),
+        (StringScore, r"reset\(seed=0\): info\['score'\] must be a finite float .*, got '1.0'"),
     ],
 )
 def test_checker_rejects_each_break_with_one_readable_error(register, env_class: type, match: str) -> None:
@@ -348,6 +370,7 @@ def test_checker_passes_the_faultless_walk_and_an_empty_list_once_the_episode_en
     gagpo_gym.check_text_env(register("Walk-v0", Walk), n_steps=10)
     gagpo_gym.check_text_env(register("DoneAtOnce-v0", DoneAtOnce), n_steps=10)
     gagpo_gym.check_text_env(register("NumpyFlags-v0", NumpyFlags), n_steps=10)
+    gagpo_gym.check_text_env(register("PartialScore-v0", PartialScore), n_steps=10)
     gagpo_gym.check_text_env(Walk(), n_steps=3)  # unregistered: named by its class
     with pytest.raises(AssertionError, match=r"^NanReward: step 1"):
         gagpo_gym.check_text_env(NanReward(), n_steps=3)
@@ -368,3 +391,33 @@ def test_checker_checks_under_python_O() -> None:
         [sys.executable, "-O", "-c", code], capture_output=True, text=True, check=True, cwd=root
     ).stdout
     assert "caught: NanReward: step 1" in out and "must be finite" in out
+
+
+def test_the_new_task_hook_gets_the_reset_seed_and_the_old_hook_still_works() -> None:
+    class Seeded(Walk):
+        def _new_task(self, seed: int | None, options: dict[str, Any]) -> str:
+            self.seen = (seed, options)
+            return super()._new_task(seed, options)
+
+    env = Seeded()
+    env.reset(seed=5, options={"a": 1})
+    assert env.seen == (5, {"a": 1})
+    env.reset()
+    assert env.seen == (None, {})
+    with pytest.warns(DeprecationWarning, match=r"_new_task\(self, seed, options\)"):
+
+        class OldHook(Walk):
+            def _new_task(self, options: dict[str, Any]) -> str:
+                self.seen = options
+                return super()._new_task(None, options)
+
+    old = OldHook()
+    assert old.reset(seed=1, options={"b": 2})[0] == "At 0." and old.seen == {"b": 2}
+
+
+def test_experts_are_declared_on_the_class_and_an_unknown_kind_names_them() -> None:
+    env = Walk()
+    env.reset(seed=0)
+    assert env.expert_action() == env.expert_action("oracle") == env.expert_action(kind=None) == "right"
+    with pytest.raises(ValueError, match=r"Walk: expert kind must be one of \('oracle',\), got 'search'"):
+        env.expert_action("search")

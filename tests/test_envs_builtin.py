@@ -378,7 +378,7 @@ class UnicodeCafe(gagpo_gym.TextEnv):
 
     GREETING = "Café ☕ … 你好"
 
-    def _new_task(self, options: dict[str, Any]) -> str:
+    def _new_task(self, seed: int | None, options: dict[str, Any]) -> str:
         self.task, self.task_id, self.said = "Commandez un café ☕ — 你好", "cafe", ""
         return self.GREETING
 

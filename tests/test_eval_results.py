@@ -25,8 +25,8 @@ from test_scripts import TINY_AGENT, TINY_MAZE, call, parse_table, run
 import gagpo_gym
 from agents import GAGPOAgent
 from agents.callbacks import ProgressBar
+from agents.env_spec import make_env
 from agents.evaluation import (
-    make_env,
     panel_progress,
     reference_policy_panel,
     run_panel,
@@ -53,7 +53,7 @@ class Counter(TextEnv):
         super().__init__()
         self.target, self.count = target, 0
 
-    def _new_task(self, options):
+    def _new_task(self, seed, options):
         self.count = 0
         self.task, self.task_id = f"Count to {self.target}.", f"count-to-{self.target}"
         return f"Count to {self.target}. You are at 0."
@@ -143,7 +143,7 @@ def test_episode_rows_carry_task_id_and_progress_counts_every_episode():
 class NanReward(TextEnv):
     """The second step returns a NaN reward."""
 
-    def _new_task(self, options: dict[str, Any]) -> str:
+    def _new_task(self, seed: int | None, options: dict[str, Any]) -> str:
         self.t, self.task, self.task_id = 0, "Wait.", "nan-task-3"
         return "A room."
 

@@ -90,13 +90,14 @@ def test_a_sampler_that_disagrees_gets_truncated_importance_weights_and_a_warnin
     # (weight e^0.3) and by 2 on odd rows (e^2 > the cap of 2).
     shifts = [0.3 if k % 2 == 0 else 2.0 for k in range(len(agent.buffer.rows))]
     for r, shift in zip(agent.buffer.rows, shifts):
-        r.old_logp = r.old_logp - shift
+        r.rollout_logp = r.rollout_logp - shift
+    plan = agent.update_plan()
     with pytest.warns(UserWarning, match="other weights than the trainer"):
-        agent.recompute_log_probs()
+        agent.recompute_log_probs(plan)
     weights = [r.is_weight for r in agent.buffer.rows]
     assert weights == pytest.approx([min(math.exp(s), 2.0) for s in shifts], rel=1e-5)
     assert agent.logger.name_to_value["rollout/is_truncated_share"] == pytest.approx(0.5, abs=0.2)
-    agent.train()  # the weighted loss trains
+    agent.train(plan)  # the weighted loss trains
 
 
 # ----- memory ---------------------------------------------------------------------------------------------------

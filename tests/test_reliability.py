@@ -198,7 +198,7 @@ class Faulty(TextEnv):
         super().__init__()
         self.fault, self.t = fault, 0
 
-    def _new_task(self, options: dict[str, Any]) -> str:
+    def _new_task(self, seed: int | None, options: dict[str, Any]) -> str:
         self.t, self.task, self.task_id = 0, "Wait.", "faulty-task-7"
         return "A room."
 

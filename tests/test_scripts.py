@@ -340,7 +340,7 @@ from gagpo_gym.core import TextEnv
 class Lamp(TextEnv):
     """Turn the lamp on."""
 
-    def _new_task(self, options):
+    def _new_task(self, seed, options):
         self.on, self.task, self.task_id = False, "Turn the lamp on.", "lamp"
         return "The lamp is off."
 

@@ -77,5 +77,5 @@ def test_fp32_ratio_is_one_on_the_first_minibatch(smollm2: Path) -> None:
     capture = Capture()
     agent.set_logger(Logger(folder=None, output_formats=[capture]))
     agent.learn(1)
-    assert len(agent._micro_batches(agent.buffer.rows)) > 1  # recomputed in other batches than the update's
+    assert len(agent.update.micro_batches(agent.buffer.rows)) > 1  # recomputed in other batches than the update's
     assert capture.dumps[-1]["train/first_ratio_dev"] <= 1e-6

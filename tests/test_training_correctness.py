@@ -17,8 +17,8 @@ from safetensors import safe_open
 
 from agents import GAGPOAgent
 from agents.config import CLIP_CHOOSE, CLIP_GENERATE, GAGPOConfig
+from agents.generation import sample_responses
 from agents.loss import k3_kl
-from agents.policy import sample_responses
 
 ENV = "gagpo_gym/FrozenLake-v0"
 SMALL: dict[str, Any] = {
@@ -108,7 +108,7 @@ def test_generation_config_of_the_checkpoint_never_reaches_sampling(checkpoint: 
         if folder == twin:
             assert agent.policy.model.generation_config.top_k == 1  # the file was read; it just has no say
         obs, infos = agent.env.reset(seed=1)
-        prompts = [agent._prompt(obs[0], {k: v[0] for k, v in infos.items() if not k.startswith("_")})] * 8
+        prompts = [agent.prompts.for_step(obs[0], {k: v[0] for k, v in infos.items() if not k.startswith("_")})] * 8
         rollouts.append(agent.policy.act(prompts, [[]] * 8, rng=np.random.default_rng(0)))
     plain, aggressive = rollouts
     assert plain.response_ids == aggressive.response_ids
@@ -143,14 +143,14 @@ def test_first_minibatch_ratio_is_one_in_fp32(checkpoint: Path, mode: str) -> No
     config = {**SMALL, "minibatch_size": 4, "learning_rate": 1e-3, "kl_coef": 0.1, "ent_coef": 0.01}
     agent = GAGPOAgent(ENV, model=str(checkpoint), action_mode=mode, max_new_tokens=8, token_budget=400, **config)
     calls: list[str] = []
-    evaluate_rows = agent._evaluate_rows
+    evaluate_rows = agent.update.evaluate_rows
 
     def recorded(rows, core=None, **kwargs):
         kind = "reference" if core is agent.reference_core else ("update" if torch.is_grad_enabled() else "recompute")
         calls.append(kind)
         return evaluate_rows(rows, core, **kwargs)
 
-    agent._evaluate_rows = recorded
+    agent.update.evaluate_rows = recorded
     logs = capture_logs(agent)
     agent.learn(1)
     record = logs.dumps[-1]
@@ -226,7 +226,7 @@ def test_choose_mode_scoring_respects_the_token_budget(checkpoint: Path) -> None
     agent = GAGPOAgent(ENV, model=str(checkpoint), action_mode="choose", **SMALL)
     obs, infos = agent.env.reset(seed=0)
     rows = [{k: v[i] for k, v in infos.items() if not k.startswith("_")} for i in range(agent.env.num_envs)]
-    prompts = [agent._prompt(o, i) + [5] * k for k, (o, i) in enumerate(zip(obs, rows))]  # all distinct
+    prompts = [agent.prompts.for_step(o, i) + [5] * k for k, (o, i) in enumerate(zip(obs, rows))]  # all distinct
     admissible = [i["admissible_actions"] for i in rows]
     widths: list[int] = []
     hook = agent.policy.backbone().register_forward_hook(lambda *_: widths.append(1))

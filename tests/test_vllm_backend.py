@@ -27,7 +27,7 @@ from stable_baselines3.common.logger import Logger
 
 from agents import GAGPOAgent
 from agents.evaluation import info_at
-from agents.policy import HFGenerationBackend
+from agents.generation import HFGenerationBackend
 from wrappers import extract_action
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -71,7 +71,7 @@ def test_backend_is_validated() -> None:
 
 def prompts_of(agent: GAGPOAgent, seed: int = 3) -> list[list[int]]:
     obs, infos = agent.env.reset(seed=seed)
-    return [agent._prompt(obs[i], info_at(infos, i)) for i in range(agent.env.num_envs)]
+    return [agent.prompts.for_step(obs[i], info_at(infos, i)) for i in range(agent.env.num_envs)]
 
 
 def greedy_texts(agent: GAGPOAgent, backend: Any, prompts: list[list[int]]) -> list[str]:

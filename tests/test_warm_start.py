@@ -21,14 +21,8 @@ import torch
 
 import gagpo_gym
 from agents.gagpo import GAGPOAgent
-from agents.warm_start import (
-    FINE_TUNE,
-    PRIOR_FILE,
-    noisy_expert_transcripts,
-    read_prior,
-    supervised_epochs,
-    warm_start,
-)
+from agents.prior import FINE_TUNE, PRIOR_FILE, read_prior
+from agents.warm_start import noisy_expert_transcripts, supervised_epochs, warm_start
 from gagpo_gym.envs.maze import MazeEnv
 
 MAZE = "gagpo_gym/Maze-v0"

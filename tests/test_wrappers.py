@@ -48,7 +48,7 @@ class CountingWalk(TextEnv):
         self.target = 1
         self.pos = 0
 
-    def _new_task(self, options: dict[str, Any]) -> str:
+    def _new_task(self, seed: int | None, options: dict[str, Any]) -> str:
         self.target = int(self.np_random.integers(1, 5))
         self.pos = 0
         self.task, self.task_id = f"Walk right {self.target} times.", f"walk-{self.target}"
@@ -637,7 +637,7 @@ def test_prompt_builder_bad_arguments(tokenizer) -> None:
 class Greeter(TextEnv):
     """Greets in several scripts; the greeting to answer with is the task."""
 
-    def _new_task(self, options: dict[str, Any]) -> str:
+    def _new_task(self, seed: int | None, options: dict[str, Any]) -> str:
         self.task, self.task_id, self.last = "Répondez « 你好 » ☕", "greet", ""
         return "Café ☕ … 你好"
 

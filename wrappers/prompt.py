@@ -84,6 +84,12 @@ class PromptBuilder:
     def encode(self, text: str) -> list[int]:
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
+    def for_step(self, observation: str, info: dict[str, Any], history: Sequence | None = None) -> list[int]:
+        """The prompt of one env step from its observation and info (task, admissible actions, and the history
+        the text wrappers keep, unless ``history`` is given)."""
+        history = info.get("history", []) if history is None else history
+        return self.build(info.get("task", ""), history, observation, info.get("admissible_actions", []))
+
     def build(
         self, task: str, history: Sequence[Sequence[str]], observation: str, admissible: Sequence[str]
     ) -> list[int]:

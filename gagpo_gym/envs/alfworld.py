@@ -8,12 +8,14 @@ instead of ``textworld.gym``'s batched subprocesses, so Gymnasium's vector envs 
   ``AlfredTWEnv`` filters them. ``reset(seed=s)`` plays ``games[s % len(games)]`` on every machine, the games
   ordered so that the task types take turns (each type's games in sorted path order): sorted paths group the
   games by type, so a small panel of seeds ``0..n`` would see one or two types; interleaved, 12 seeds cover all six.
-* ``state_key``: blake2b of the engine's true state, its sorted PDDL facts. ``info["obs_key"]`` hashes the
-  returned observation text instead (GiGPO's key; every invalid command shares the key of "Nothing happens."),
-  so that the two can be compared (``scripts/alfworld_table.py``).
-* ``expert_action()``: one of ALFWorld's two experts (``AlfredExpert``): ``"planner"`` (default), fast-downward's
-  optimal plan from the true state, which wins every game; or ``"handcoded"``, ALFWorld's rule-based explorer,
-  which sees only what the agent sees. Both run only when asked for, not after every step as ``AlfredExpert`` does.
+* ``state_key``: blake2b of the engine's true state, its sorted PDDL facts. The key of the observation text
+  instead (GiGPO's key; every invalid command shares the key of "Nothing happens.") is the key wrapper's
+  (``wrappers.StateKey``, ``key="observation"`` or the back-off key ``"observation"``), so that the two can be
+  compared (``scripts/alfworld_table.py``).
+* ``expert_action(kind)``: one of ALFWorld's two experts (``AlfredExpert``, ``EXPERTS``): ``"planner"``,
+  fast-downward's optimal plan from the true state, which wins every game; or ``"handcoded"``, ALFWorld's
+  rule-based explorer, which sees only what the agent sees. ``kind=None`` plays the constructor's ``expert``
+  (default ``"planner"``). Both run only when asked for, not after every step as ``AlfredExpert`` does.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
-from gagpo_gym.core import TextEnv, normalize_command, state_key
+from gagpo_gym.core import TextEnv, normalize_command
 
 SPLITS = ("train", "valid_seen", "valid_unseen")
 #: ALFWorld's six task types: folder-name prefix -> short name.
@@ -41,7 +43,6 @@ TASK_TYPES = {
     "pick_cool_then_place_in_recep": "cool",
     "pick_two_obj_and_place": "pick2",
 }
-EXPERTS = ("planner", "handcoded")
 INSTALL_HINT = "pip install 'gagpo-gym[alfworld]'"
 _TASK_PREFIX = "Your task is to: "
 # A development checkout keeps the data beside the repository: <repo>/../shared/alfworld.
@@ -205,12 +206,15 @@ class ALFWorldEnv(TextEnv):
             beside the checkout, then ``~/.cache/alfworld``.
         task_types: keep only these short type names (``pick``, ``look``, ``clean``, ``heat``, ``cool``,
             ``pick2``); default all six.
-        expert: ``"planner"`` (fast-downward on the true state: optimal and always wins, but a first plan can
+        expert: the kind ``expert_action()`` plays when none is asked for (eval tables pick it through the env
+            kwargs): ``"planner"`` (fast-downward on the true state: optimal and always wins, but a first plan can
             take seconds on two-object tasks) or ``"handcoded"`` (ALFWorld's explorer: fast and realistic, but it
             seldom finishes ``pick2`` within 50 steps).
         render_mode: ``"ansi"`` or ``"human"``.
     """
 
+    #: The kinds of :meth:`expert_action`.
+    EXPERTS = ("planner", "handcoded")
     #: The planner is deterministic: its plan from a game's initial state is shared by every env in the process.
     _initial_plans: ClassVar[dict[str, tuple[str, ...]]] = {}
 
@@ -230,8 +234,8 @@ class ALFWorldEnv(TextEnv):
             isinstance(task_types, str) or not task_types or any(t not in known for t in task_types)
         ):
             raise ValueError(f"task_types must be a non-empty list drawn from {known}, got {task_types!r}")
-        if expert not in EXPERTS:
-            raise ValueError(f"expert must be one of {EXPERTS}, got {expert!r}")
+        if expert not in self.EXPERTS:
+            raise ValueError(f"expert must be one of {self.EXPERTS}, got {expert!r}")
         self.split = split
         self.expert = expert
         self.data_root = find_data_root(data_root)
@@ -256,7 +260,6 @@ class ALFWorldEnv(TextEnv):
         self._game_file = ""
         self._game_state: Any = None
         self._admissible: list[str] = []
-        self._reset_seed: int | None = None
         # Planner expert: the plan being followed. Handcoded expert: the agent, its RNG, and the
         # (state, command) pairs it has not seen yet.
         self._plan: list[str] | None = None
@@ -265,28 +268,15 @@ class ALFWorldEnv(TextEnv):
         self._handcoded_pending: list[tuple[Any, str]] = []
         self._handcoded_next = "look"
 
-    # ----- Gymnasium API: the seed picks the game; info also carries the observation-text key ----------
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict]:
-        self._reset_seed = seed
-        observation, info = super().reset(seed=seed, options=options)
-        info["obs_key"] = state_key(observation)
-        return observation, info
-
-    def step(self, action: str) -> tuple[str, float, bool, bool, dict]:
-        observation, reward, terminated, truncated, info = super().step(action)
-        info["obs_key"] = state_key(observation)
-        return observation, reward, terminated, truncated, info
-
+    # ----- Gymnasium API --------------------------------------------------------------------------------
     def close(self) -> None:
         self._engine.close()
         super().close()
 
     # ----- TextEnv hooks ------------------------------------------------------------------------------
-    def _new_task(self, options: dict[str, Any]) -> str:
-        if self._reset_seed is not None:
-            index = self._reset_seed % len(self.games)
-        else:
-            index = int(self.np_random.integers(len(self.games)))
+    def _new_task(self, seed: int | None, options: dict[str, Any]) -> str:
+        # the seed picks the game
+        index = seed % len(self.games) if seed is not None else int(self.np_random.integers(len(self.games)))
         game = self.games[index]
         if game != self._loaded:  # a group replays one game many times: load (parse) it once
             self._engine.load(str(self._split_dir / game))
@@ -310,8 +300,7 @@ class ALFWorldEnv(TextEnv):
             self._plan.pop(0)
         else:
             self._plan = None
-        if self.expert == "handcoded":
-            self._handcoded_pending.append((game_state, command))
+        self._handcoded_pending.append((game_state, command))  # the handcoded expert's, whenever it is asked
         return game_state.feedback, (1.0 if self.won else 0.0), self.won
 
     def _set_state(self, game_state: Any) -> None:
@@ -330,11 +319,13 @@ class ALFWorldEnv(TextEnv):
         """The engine's true state: its PDDL facts, sorted, one per line."""
         return "\n".join(sorted(str(fact) for fact in self._game_state["facts"]))
 
-    def expert_action(self) -> str:
-        """Next command of ALFWorld's expert (see ``expert``); "look" once won or when the expert gives up."""
+    def expert_action(self, kind: str | None = None) -> str:
+        """Next command of ALFWorld's expert ``kind`` (``None``: the constructor's ``expert``); "look" once won
+        or when the expert gives up."""
+        kind = self.expert if kind is None else self._expert_kind(kind)
         if self.won:
             return "look"
-        if self.expert == "planner":
+        if kind == "planner":
             return self._planner_action()
         return self._handcoded_action()
 

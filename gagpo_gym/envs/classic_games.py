@@ -51,6 +51,9 @@ def _make_pettingzoo_game(name: str) -> Any:
 class _TwoPlayerGameEnv(TextEnv):
     """A two-player PettingZoo AEC game seen by one player; subclasses supply the game's rules in text."""
 
+    #: The kinds of :meth:`expert_action`: one, a game-tree search.
+    EXPERTS = ("oracle",)
+
     game_name: str = ""
     slug: str = ""
     command_verb: str = ""
@@ -111,7 +114,7 @@ class _TwoPlayerGameEnv(TextEnv):
         return legal[int(self.np_random.integers(len(legal)))]
 
     # ----- TextEnv API --------------------------------------------------------------------------------
-    def _new_task(self, options: dict[str, Any]) -> str:
+    def _new_task(self, seed: int | None, options: dict[str, Any]) -> str:
         side = self.learner if self.learner != "random" else SIDES[int(self.np_random.integers(2))]
         self.learner_mark = 1 if side == "first" else 2
         self.game.reset()
@@ -155,7 +158,8 @@ class _TwoPlayerGameEnv(TextEnv):
         to_move = 1 + sum(1 for v in self.board() if v) % 2
         return f"{self.game_name}|learner={self.learner_mark}|{board}|to_move={to_move}"
 
-    def expert_action(self) -> str:
+    def expert_action(self, kind: str | None = None) -> str:
+        self._expert_kind(kind)
         if self.outcome != "playing":
             return "pass"
         return f"{self.command_verb} {self._search_move()}"

@@ -74,6 +74,9 @@ class _UnionFind:
 class MazeEnv(TextEnv):
     """Find the treasure in a grid maze with rooms (``gagpo_gym/Maze-v0``)."""
 
+    #: The kinds of :meth:`expert_action`: one, a shortest path from the true state.
+    EXPERTS = ("oracle",)
+
     def __init__(
         self,
         width: int = 5,
@@ -122,7 +125,7 @@ class MazeEnv(TextEnv):
         self._distance: dict[Cell, int] = {}
 
     # ----- task generation ----------------------------------------------------------------------------
-    def _new_task(self, options: dict[str, Any]) -> str:
+    def _new_task(self, seed: int | None, options: dict[str, Any]) -> str:
         for _ in range(100):
             self._generate_layout()
             pairs = [(a, b) for a in self.exits for b, d in self._bfs(a).items() if self.min_path <= d <= self.max_path]
@@ -213,8 +216,9 @@ class MazeEnv(TextEnv):
     def state_string(self) -> str:
         return f"maze|{self.task_id}|{self.pos[0]},{self.pos[1]}"
 
-    def expert_action(self) -> str:
+    def expert_action(self, kind: str | None = None) -> str:
         """A step along a shortest path (BFS distances from the treasure; ties go to the first direction)."""
+        self._expert_kind(kind)
         best = min(self.exits[self.pos], key=lambda d: self._distance[_step(self.pos, d)])
         return f"go {best}"
 

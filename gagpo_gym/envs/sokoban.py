@@ -47,6 +47,9 @@ def _add(a: Cell, b: Cell) -> Cell:
 class SokobanEnv(TextEnv):
     """Push every box onto a target (``gagpo_gym/Sokoban-v0``)."""
 
+    #: The kinds of :meth:`expert_action`: one, a shortest solution from the true state.
+    EXPERTS = ("oracle",)
+
     def __init__(
         self,
         width: int = 6,
@@ -81,7 +84,7 @@ class SokobanEnv(TextEnv):
         self._plan: dict[State, str] = {}
 
     # ----- level generation ---------------------------------------------------------------------------
-    def _new_task(self, options: dict[str, Any]) -> str:
+    def _new_task(self, seed: int | None, options: dict[str, Any]) -> str:
         for _ in range(1000):
             level = self._generate_level()
             if level is None:
@@ -201,8 +204,9 @@ class SokobanEnv(TextEnv):
                     queue.append(nxt)
         return None
 
-    def expert_action(self) -> str:
+    def expert_action(self, kind: str | None = None) -> str:
         """Next move of a shortest solution (cached along its path); first admissible move in a deadlock."""
+        self._expert_kind(kind)
         state = self._state()
         if state not in self._plan:
             solution = self._solve(state)

@@ -60,6 +60,9 @@ class TextifyDiscrete(TextEnv):
         gamma: discount of the default planner (< 1 so that it prefers shorter paths).
     """
 
+    #: The kinds of :meth:`expert_action`: one, value iteration on the transition table.
+    EXPERTS = ("oracle",)
+
     def __init__(
         self,
         env: gym.Env | Callable[[np.random.Generator], gym.Env],
@@ -105,7 +108,7 @@ class TextifyDiscrete(TextEnv):
             raise ValueError("TextifyDiscrete needs the env's transition table `P`")
 
     # ----- TextEnv API --------------------------------------------------------------------------------
-    def _new_task(self, options: dict[str, Any]) -> str:
+    def _new_task(self, seed: int | None, options: dict[str, Any]) -> str:
         if self._factory is not None:
             self.env = self._factory(self.np_random).unwrapped
             self._check_inner(self.env, len(self.action_names))
@@ -135,8 +138,9 @@ class TextifyDiscrete(TextEnv):
     def state_string(self) -> str:
         return f"{self.name}|{self._layout_digest}|{self.state}"
 
-    def expert_action(self) -> str:
+    def expert_action(self, kind: str | None = None) -> str:
         """The admissible action of highest planned value (first in action order on ties)."""
+        self._expert_kind(kind)
         if self._q is None:
             self._q = self.plan()
         allowed = self.admissible(self.env, self.state)

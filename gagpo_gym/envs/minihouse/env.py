@@ -120,17 +120,13 @@ class MiniHouseEnv(TextEnv):
         self.size_label = size if self.config == default else f"{size}-{digest}"
         self.house: House | None = None
         self.searcher: SearchingExpert | None = None
-        self._reset_seed: int | None = None
         self._cache: dict[str, tuple[list[str], dict[str, tuple]]] = {}
         self._cache_task = ""
 
     # ----- TextEnv API ----------------------------------------------------------------------------------
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict]:
-        self._reset_seed = seed
-        return super().reset(seed=seed, options=options)
-
-    def _new_task(self, options: dict[str, Any]) -> str:
-        seed = self._reset_seed if self._reset_seed is not None else int(self.np_random.integers(2**31 - 1))
+    def _new_task(self, seed: int | None, options: dict[str, Any]) -> str:
+        if seed is None:
+            seed = int(self.np_random.integers(2**31 - 1))
         task_id = f"minihouse/{self.size_label}/{seed}"
         self.house = generate(seed, self.config, task_id)
         self.searcher = SearchingExpert(self.house)  # its memory of the transcript starts afresh
@@ -160,16 +156,15 @@ class MiniHouseEnv(TextEnv):
     def state_string(self) -> str:
         return self._require_house().state_string()
 
-    def expert_action(self, kind: str = "oracle") -> str:
+    def expert_action(self, kind: str | None = None) -> str:
         """The next command of an expert: ``"oracle"`` reads the true state and never explores; ``"search"`` knows
         only what the transcript showed (the intro's receptacles, the contents of those it looked into) and
-        searches the places where the goal object can be."""
+        searches the places where the goal object can be. ``None``: the oracle."""
+        kind = self._expert_kind(kind)
         house = self._require_house()
         if kind == "oracle":
             return house.expert_command(self._commands()[1])
-        if kind == "search":
-            return self.searcher.command(self._commands()[1])
-        raise ValueError(f"expert kind must be one of {self.EXPERTS}, got {kind!r}")
+        return self.searcher.command(self._commands()[1])
 
     # ----- internals ------------------------------------------------------------------------------------
     def _commands(self) -> tuple[list[str], dict[str, tuple]]:

@@ -47,6 +47,9 @@ def search_candidates(goal: dict) -> list[str]:
 class MiniShopEnv(TextEnv):
     """Buy what the instruction asks for in a WebShop-protocol shop (``gagpo_gym/MiniShop-v0``)."""
 
+    #: The kinds of :meth:`expert_action`: one, it knows the goal and the catalogue.
+    EXPERTS = ("oracle",)
+
     def __init__(
         self,
         split: str = "train",
@@ -76,7 +79,6 @@ class MiniShopEnv(TextEnv):
         self.goal_index = 0
         self.state = PageState()
         self.score = 0.0
-        self._seed: int | None = None
         self._plan: tuple[str, str] | None = None
 
     @property
@@ -84,18 +86,14 @@ class MiniShopEnv(TextEnv):
         return self.shop.catalog
 
     # ----- tasks -------------------------------------------------------------------------------------
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict]:
-        self._seed = seed
-        return super().reset(seed=seed, options=options)
-
-    def _new_task(self, options: dict[str, Any]) -> str:
+    def _new_task(self, seed: int | None, options: dict[str, Any]) -> str:
         n = len(self.goals)
         if "goal_index" in options:
             index = options["goal_index"]
             if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < n:
                 raise ValueError(f"options['goal_index'] must be an int in [0, {n}), got {index!r}")
-        elif self._seed is not None:
-            index = self._seed % n
+        elif seed is not None:
+            index = seed % n
         else:
             index = int(self.np_random.integers(n))
         self.goal_index = index
@@ -157,12 +155,13 @@ class MiniShopEnv(TextEnv):
         return info
 
     # ----- the oracle --------------------------------------------------------------------------------
-    def expert_action(self) -> str:
+    def expert_action(self, kind: str | None = None) -> str:
         """Search with the candidate that ranks the goal's product best, open it, choose options, buy.
 
         When no candidate query retrieves the goal's product, the plan buys the retrieved product with the
         highest reward instead. From any other page the expert walks back towards the plan.
         """
+        self._expert_kind(kind)
         query, target = self._expert_plan()
         state = self.state
         if state.page == "search":

@@ -1,0 +1,52 @@
+"""The small tensor helpers the policy, the sampler and the update share: padding and token-budget batches."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+
+def pad(rows: Sequence[Sequence[int]], pad_id: int, left: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pad token lists into (ids, attention mask)."""
+    width = max((len(r) for r in rows), default=0)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, r in enumerate(rows):
+        if r:
+            sl = slice(width - len(r), width) if left else slice(0, len(r))
+            ids[i, sl] = torch.as_tensor(r, dtype=torch.long)
+            mask[i, sl] = 1
+    return ids, mask
+
+
+def unique_slots(prompts: list[list[int]], candidates: list[list[list[int]]]) -> tuple[list[int], list[int]]:
+    """Score identical (prompt, candidates) pairs once: the first row of each distinct pair, and each row's pair.
+
+    Group members often share a state and history, so rollouts and updates repeat prompts.
+    """
+    unique: dict[tuple, int] = {}
+    slot = [unique.setdefault((tuple(p), tuple(map(tuple, c))), len(unique)) for p, c in zip(prompts, candidates)]
+    first: dict[int, int] = {}
+    for row, s in enumerate(slot):
+        first.setdefault(s, row)
+    return [first[s] for s in range(len(unique))], slot
+
+
+def budget_batches(sizes: Sequence[int], budget: int) -> list[list[int]]:
+    """Consecutive index batches whose summed sizes stay within ``budget`` (an oversized item goes alone)."""
+    batches: list[list[int]] = []
+    current: list[int] = []
+    total = 0
+    for i, n in enumerate(sizes):
+        if current and total + n > budget:
+            batches.append(current)
+            current, total = [], 0
+        current.append(i)
+        total += n
+    return batches + ([current] if current else [])
+
+
+def as_long(device: torch.device, *lists: Sequence[int]) -> list[torch.Tensor]:
+    """Each list as a long tensor on ``device``."""
+    return [torch.as_tensor(list(x), dtype=torch.long, device=device) for x in lists]

@@ -1,0 +1,209 @@
+"""One rollout: every group plays its task to the end and each step becomes a buffer row.
+
+Seeding makes a rollout a function of (seed, iteration) alone: task seeds are drawn for every group at once and
+each rank plays its slice, and every action has its own random stream keyed by (seed, group, member, step), so
+the rollout does not depend on batching or on how groups are spread over processes. Callbacks see what SB3's
+on-policy loop shows them (``new_obs``, ``rewards``, ``dones``, ``infos``) plus ``n_active``, the env steps taken.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.logger import Logger
+
+from agents.buffer import GroupRolloutBuffer, Row
+from agents.config import GAGPOConfig
+from agents.distributed import Distributed
+from agents.evaluation import check_reward, info_at
+from agents.policy import LLMPolicy
+from wrappers import GroupedVectorEnv, PromptBuilder
+
+
+def action_seed(seed: int, group: int, member: int, step: int) -> int:
+    """The random stream of one action: a function of (seed, group id, member, step) alone."""
+    return int(np.random.SeedSequence([seed, group, member, step]).generate_state(2, np.uint64)[0] >> 1)
+
+
+def iteration_sampler(seed: int, iteration: int) -> np.random.Generator:
+    """Task seeds of iteration k come from (seed, k): reproducible, resumable, and unrelated across seeds."""
+    return np.random.default_rng(int(np.random.SeedSequence([seed, iteration]).generate_state(1)[0]))
+
+
+@dataclass
+class RolloutStats:
+    """What one rollout measured on this rank: time, tokens, invalid and unparsed actions, finished episodes."""
+
+    gen_s: float = 0.0
+    env_s: float = 0.0
+    tokens: int = 0
+    invalid: int = 0
+    unparsed: int = 0
+    episodes: list[dict[str, Any]] = field(default_factory=list)  # return, length, won of each finished episode
+
+
+class RolloutCollector:
+    """Plays rollouts of this rank's groups into the buffer (SB3's ``collect_rollouts``, for grouped episodes)."""
+
+    def __init__(
+        self,
+        env: GroupedVectorEnv,
+        policy: LLMPolicy,
+        prompts: PromptBuilder,
+        buffer: GroupRolloutBuffer,
+        config: GAGPOConfig,
+        dist: Distributed,
+        *,
+        num_groups: int,
+        env_id: str | None,
+    ) -> None:
+        self.env, self.policy, self.prompts, self.buffer, self.config, self.dist = (
+            env, policy, prompts, buffer, config, dist
+        )  # fmt: skip
+        self.num_groups, self.env_id = num_groups, env_id  # num_groups: every rank's
+        self.group_offset = dist.rank * env.num_groups  # global index of this rank's first group
+
+    def group_id(self, iteration: int, local_group: int) -> int:
+        """A group's id in the buffer: unique across iterations and ranks."""
+        return iteration * self.num_groups + self.group_offset + local_group
+
+    def collect(self, iteration: int, callback: BaseCallback, count: Callable[[int], None]) -> RolloutStats | None:
+        """Play one rollout into the (reset) buffer; ``count(n)`` is told of every n env steps taken before the
+        callbacks run. Returns None if a callback stopped training, else this rank's statistics."""
+        env, c = self.env, self.config
+        self.buffer.reset()
+        self.policy.eval()
+        callback.on_rollout_start()
+        with self.dist.full_params():
+            task_seeds = env.draw_task_seeds(iteration_sampler(c.seed, iteration), self.num_groups)
+            mine = task_seeds[self.group_offset : self.group_offset + env.num_groups]
+            obs, infos = env.reset(options={"task_seeds": mine})
+            if "history" not in infos:
+                raise ValueError("the GroupedVectorEnv's sub-envs must be wrapped with wrappers.wrap_text_env")
+            current = [info_at(infos, i) for i in range(env.num_envs)]
+            for g in range(env.num_groups):
+                members = np.flatnonzero(env.group_index == g)
+                self.buffer.start_group(self.group_id(iteration, g), env.episode_index[members].tolist())
+            stats = RolloutStats()
+            returns = np.zeros(env.num_envs)
+            lengths = np.zeros(env.num_envs, dtype=int)
+            while env.active.any():
+                idx = np.flatnonzero(env.active)
+                if c.action_mode == "choose":
+                    for i in idx:
+                        if not current[i].get("admissible_actions"):
+                            raise ValueError(
+                                f"{self.env_id}: task {current[i].get('task_id')!r} offers no admissible actions at "
+                                f"step {lengths[i]}; choose mode picks among them (use action_mode='generate')"
+                            )
+                t0 = time.perf_counter()
+                prompts = [self.prompts.for_step(obs[i], current[i]) for i in idx]
+                seeds = [
+                    action_seed(c.seed, self.group_id(iteration, int(env.group_index[i])), int(i) % env.group_size,
+                                int(lengths[i]))
+                    for i in idx
+                ]  # fmt: skip
+                out = self.policy.act(prompts, [current[i]["admissible_actions"] for i in idx], seeds=seeds)
+                stats.gen_s += time.perf_counter() - t0
+                stats.tokens += out.scored_tokens
+                actions: list[Any] = [None] * env.num_envs
+                for k, i in enumerate(idx):
+                    actions[i] = out.texts[k]
+                t0 = time.perf_counter()
+                obs, rewards, terminated, truncated, infos = env.step(actions)
+                stats.env_s += time.perf_counter() - t0
+                next_infos = {int(i): info_at(infos, i) for i in idx}
+                for i in idx:
+                    task = repr(next_infos[i].get("task_id"))
+                    check_reward(rewards[i], self.env_id, task, lengths[i] + 1, actions[i])
+                next_values = self.bootstrap_values(idx, obs, next_infos, truncated)
+                for k, i in enumerate(idx):
+                    info = next_infos[i]
+                    done = bool(terminated[i] or truncated[i])
+                    stats.invalid += not info.get("action_valid", True)
+                    stats.unparsed += not info.get("action_parsed", True)
+                    self.buffer.add(
+                        Row(
+                            group=self.group_id(iteration, int(env.group_index[i])),
+                            episode=int(env.episode_index[i]),
+                            prompt_ids=out.prompt_ids[k],
+                            rollout_logp=out.logp[k],
+                            reward=float(rewards[i]),
+                            state_key=current[i]["state_key"],
+                            next_state_key=info["state_key"],
+                            terminated=bool(terminated[i]),
+                            done=done,
+                            won=bool(info.get("won", False)),
+                            response_ids=out.response_ids[k] if out.response_ids else [],
+                            candidate_ids=out.candidate_ids[k] if out.candidate_ids else [],
+                            chosen=out.chosen[k] if out.chosen else -1,
+                            value=out.values[k] if out.values else 0.0,
+                            next_value=next_values.get(int(i), 0.0),
+                            backoff_keys=Row.keys_from(current[i], c.key_backoff),
+                        )
+                    )
+                    returns[i] += rewards[i]
+                    lengths[i] += 1
+                    if done:
+                        won = bool(info.get("won", False))
+                        stats.episodes.append({"return": returns[i], "length": lengths[i], "won": won})
+                    current[i] = info
+                count(len(idx))
+                # What SB3's on-policy loop offers callbacks: only the members stepped this time can be done.
+                stepped = np.zeros(env.num_envs, dtype=bool)
+                stepped[idx] = True
+                new_obs, dones = obs, (np.asarray(terminated) | np.asarray(truncated)) & stepped  # noqa: F841
+                n_active = len(idx)  # noqa: F841  (read by the progress bar through locals)
+                callback.update_locals(locals())
+                if not callback.on_step():
+                    return None
+        self.buffer.finalize(self.dist.sum if self.dist.enabled else None)
+        return stats
+
+    def bootstrap_values(self, idx, obs, infos, truncated) -> dict[int, float]:
+        """V(s_T) of truncated final states, for the PPO baseline's GAE."""
+        cut = [int(i) for i in idx if truncated[i]]
+        if self.policy.value_head is None or not cut:
+            return {}
+        values = self.policy.values([self.prompts.for_step(obs[i], infos[i]) for i in cut])
+        return dict(zip(cut, values))
+
+    def log(self, logger: Logger, stats: RolloutStats) -> dict[str, Any]:
+        """Rollout statistics over every rank's episodes and rows (advantage statistics: this rank's rows)."""
+        rows, dist = self.buffer.rows, self.dist
+        a = self.buffer.advantages()
+        episodes = stats.episodes
+        counts = {"invalid": stats.invalid, "unparsed": stats.unparsed, "tokens": stats.tokens}
+        if dist.enabled:
+            episodes = [e for part in dist.gather(episodes) for e in part]
+            counts = dict(zip(counts, dist.sum(list(counts.values())).tolist()))
+        n = int(dist.sum([len(rows)])[0])
+        record = logger.record
+        record("rollout/success_rate", float(np.mean([e["won"] for e in episodes])))
+        record("rollout/ep_return_mean", float(np.mean([e["return"] for e in episodes])))
+        record("rollout/ep_len_mean", float(np.mean([e["length"] for e in episodes])))
+        record("rollout/invalid_rate", counts["invalid"] / max(n, 1))
+        record("rollout/unparsed_rate", counts["unparsed"] / max(n, 1))
+        record("rollout/prompt_truncations", self.prompts.truncated_count)
+        record("rollout/prompt_overflows", self.prompts.overflow_count)
+        record("advantage/mean", float(a.mean()))
+        record("advantage/std", float(a.std()))
+        q75, q25 = np.percentile(a, [75, 25])
+        record("advantage/iqr", float(q75 - q25))
+        record("advantage/share_abs_gt_1", float(np.mean(np.abs(a) > 1)))
+        sets = self.buffer.key_stats()
+        record("advantage/singleton_share", sets["singleton_row_share"])
+        record("advantage/set_size_mean", sets["set_size_mean"])
+        record("advantage/set_size_max", sets["set_size_max"])
+        for level, share in enumerate(sets["level_shares"]):
+            record(f"advantage/level_share_{level}", share)
+        record("time/generate_s", stats.gen_s)
+        record("time/env_s", stats.env_s)
+        record("time/env_steps_per_s", n / max(stats.gen_s + stats.env_s, 1e-9))
+        record("time/tokens_per_s", counts["tokens"] / max(stats.gen_s, 1e-9))
+        return {"episodes": episodes, "rows": n, "gen_s": stats.gen_s, "env_s": stats.env_s, **counts}
