@@ -121,8 +121,9 @@ class EnvSpec:
         it afterwards, as far as Gymnasium can re-create them from ``env.spec``; ``env_kwargs`` add to (and
         override) its kwargs. ``wrappers`` (as a saved agent records them) serve where the env names none.
         """
+        given = tuple((str(entry_point), dict(kwargs)) for entry_point, kwargs in wrappers)
         if isinstance(env, str):
-            return cls(env, dict(env_kwargs or {}), tuple((str(e), dict(k)) for e, k in wrappers))
+            return cls(env, dict(env_kwargs or {}), given)
         if isinstance(env, gym.vector.VectorEnv):
             raise ValueError(
                 "GAGPOAgent builds its own grouped vector env (num_groups x group_size sub-envs): pass the env id "
@@ -139,7 +140,7 @@ class EnvSpec:
         if spec.max_episode_steps != gym.spec(spec.id).max_episode_steps:
             kwargs["max_episode_steps"] = spec.max_episode_steps
         made = tuple((w.entry_point, dict(w.kwargs or {})) for w in spec.additional_wrappers)
-        return cls(spec.id, {**kwargs, **(env_kwargs or {})}, made or tuple((str(e), dict(k)) for e, k in wrappers))
+        return cls(spec.id, {**kwargs, **(env_kwargs or {})}, made or given)
 
     def factory(self, wrap: dict[str, Any] | None = None) -> Callable[[], gym.Env]:
         """A picklable factory (async workers rebuild envs from it); ``wrap``: the text wrappers' settings."""

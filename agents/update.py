@@ -43,7 +43,7 @@ def padded(values: list[np.ndarray], like: torch.Tensor) -> torch.Tensor:
 
 @dataclass
 class StepResult:
-    """One minibatch step: its largest |ratio - 1| before the step, its gradient norm, whether it was skipped."""
+    """One minibatch step: this rank's largest |ratio - 1| before the step, its gradient norm, whether skipped."""
 
     ratio_dev: float
     grad_norm: float
@@ -202,7 +202,6 @@ class PolicyUpdate:
                     continue
                 dist.backward(loss * (len(micro) / global_rows * dist.world_size))
                 ratio_dev = max(ratio_dev, dev)
-        ratio_dev = max(dist.gather(ratio_dev))
         grad_norm = dist.clip_grad_norm_(self.params, self.config.max_grad_norm)
         if dist.sum([bad])[0] > 0 or not torch.isfinite(grad_norm):
             self.optimizer.zero_grad(set_to_none=True)
@@ -220,6 +219,7 @@ class PolicyUpdate:
         self.optimizer.zero_grad(set_to_none=True)
         out = {
             "train/skipped_updates": sum(r.skipped for r in results),
-            "train/first_ratio_dev": results[0].ratio_dev if results else 0.0,  # on-policy: must be 1
+            # Before any step the update is on-policy, so the ratio must be 1 on every rank.
+            "train/first_ratio_dev": max(self.dist.gather(results[0].ratio_dev)) if results else 0.0,
         }
         return out | {f"train/{k}": float(np.mean(v)) for k, v in logs.items() if v}
