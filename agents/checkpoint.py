@@ -1,5 +1,11 @@
 """A saved agent on disk: a folder (or a ``.zip`` of it) with a SHA-256 manifest, written all-or-nothing.
 
+The folder: ``model/`` (weights in safetensors, fp32 master weights, and the tokenizer), ``value_head.safetensors``
+(PPO), ``reference.safetensors`` (a tiny or prior agent's KL reference), ``optimizer.pt`` (tensors and plain
+containers only: loaded with ``weights_only=True``), ``rng.safetensors``, ``agent.json`` (config, env, counters,
+the source record) and ``manifest.json``. :func:`write_agent` and :func:`restore_state` are what
+:meth:`agents.gagpo.GAGPOAgent.save` and ``load`` call.
+
 A save goes to a fresh folder beside the target and takes the target's name only once every file and the manifest
 are written, so an interrupted save leaves the previous checkpoint whole, and no file of an earlier save survives
 into the new one. Loading checks every file against the manifest first and names the first one that is missing,
@@ -9,6 +15,7 @@ altered or unreadable; a ``.zip`` is unpacked (refusing names outside the archiv
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import os
@@ -17,9 +24,28 @@ import tempfile
 import zipfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file, save_model
+from transformers.utils import logging as hf_logging
 
 AGENT_FILE = "agent.json"
 MANIFEST_FILE = "manifest.json"
+#: The KL reference's weights inside a saved tiny or prior agent (a pretrained one records its source instead).
+REFERENCE_FILE = "reference.safetensors"
+
+
+@contextlib.contextmanager
+def quiet_hub() -> Iterator[None]:
+    """No Hugging Face progress bars while a model is saved or loaded (the scripts print their own progress)."""
+    was_enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            hf_logging.enable_progress_bar()
 
 
 def sha256_file(path: Path) -> str:
@@ -103,3 +129,72 @@ def opened(path: Path) -> Iterator[Path]:
         except (zipfile.BadZipFile, EOFError, OSError) as err:
             raise ValueError(f"saved agent {path}: the zip archive is damaged or truncated ({err})") from None
         yield Path(tmp)
+
+
+def optimizer_format(sharded: bool) -> str:
+    """How the optimizer state names its parameters: FSDP's state dict by names, a plain one by indices."""
+    return "names" if sharded else "indices"
+
+
+def write_agent(folder: Path, agent: Any, core_state: dict | None, optimizer_state: dict) -> None:
+    """Every file of a saved :class:`~agents.gagpo.GAGPOAgent` but the manifest, from its last iteration boundary.
+
+    ``core_state``: the full weights gathered under FSDP (``model.*`` and ``value_head.*``), None when not sharded.
+    """
+    policy = agent.policy
+    if core_state is None:  # not sharded: the module's own tensors
+        core_state = {f"model.{k}": v for k, v in policy.model.state_dict().items()}
+        if policy.value_head is not None:
+            core_state |= {f"value_head.{k}": v for k, v in policy.value_head.state_dict().items()}
+    part = {name: {k[len(name) + 1 :]: v for k, v in core_state.items() if k.startswith(name + ".")}
+            for name in ("model", "value_head")}  # fmt: skip
+    model = policy.model
+    tied = {n for n, _ in model.named_parameters(remove_duplicate=False)} - {n for n, _ in model.named_parameters()}
+    part["model"] = {k: v for k, v in part["model"].items() if k not in tied}  # FSDP gathers tied copies too
+    with quiet_hub():
+        model.save_pretrained(folder / "model", state_dict=part["model"])
+        policy.tokenizer.save_pretrained(folder / "model")
+    if policy.value_head is not None:
+        save_file({k: v.contiguous() for k, v in part["value_head"].items()}, folder / "value_head.safetensors")
+    if agent.reference is not None and agent.source.kind != "pretrained":
+        save_model(agent.reference, str(folder / REFERENCE_FILE))
+    torch.save(optimizer_state, folder / "optimizer.pt")
+    boundary = agent.boundary
+    save_file({"torch": boundary["torch_rng"]}, folder / "rng.safetensors")
+    meta = {
+        "config": agent.config.to_dict(),
+        "model_source": agent.model_source,
+        "model": dataclasses.asdict(agent.source),
+        "env_id": agent.env_id,
+        "env_kwargs": agent.env_kwargs,
+        "env_wrappers": [list(w) for w in agent.env_wrappers],
+        "num_timesteps": boundary["num_timesteps"],
+        "iteration": boundary["iteration"],
+        "numpy_rng": boundary["numpy_rng"],
+        "optimizer_format": optimizer_format(agent.dist.sharded),
+    }
+    (folder / AGENT_FILE).write_text(json.dumps(meta, indent=2))
+
+
+def read_agent(folder: Path) -> dict[str, Any]:
+    """A saved agent's ``agent.json``, after every file was checked against the manifest."""
+    verify(folder)
+    return json.loads((folder / AGENT_FILE).read_text())
+
+
+def restore_state(agent: Any, folder: Path, meta: dict[str, Any]) -> None:
+    """What an agent built from a saved folder still lacks: value head, optimizer state, counters, RNG states."""
+    if agent.policy.value_head is not None:
+        agent.policy.value_head.load_state_dict(load_file(folder / "value_head.safetensors"))
+    saved_format = meta.get("optimizer_format", "indices")
+    if saved_format != optimizer_format(agent.dist.sharded):
+        raise ValueError(
+            f"saved agent at {folder} has an optimizer state saved {'with' if saved_format == 'names' else 'without'}"
+            " FSDP: resume it with the same fsdp setting (or start a fresh optimizer with a new agent)"
+        )
+    optimizer_state = torch.load(folder / "optimizer.pt", weights_only=True)
+    agent.dist.load_optimizer_state(agent.policy.core, agent.optimizer, optimizer_state)
+    agent.num_timesteps, agent.iteration = meta["num_timesteps"], meta["iteration"]
+    agent.rng.bit_generator.state = meta["numpy_rng"]
+    torch.set_rng_state(load_file(folder / "rng.safetensors")["torch"])
+    agent.mark_boundary()

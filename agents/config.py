@@ -8,6 +8,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from wrappers.text_wrappers import parse_backoff_spec, parse_key_spec
+
 ESTIMATORS = ("gagpo", "gigpo", "grpo", "rloo", "ppo")
 DTYPES = ("auto", "float32", "bfloat16")
 BACKENDS = ("hf", "vllm")
@@ -206,8 +208,6 @@ class GAGPOConfig:
             f"normalize must be group|batch|none, got {self.normalize!r}",
         )
         check(self.adv_eps > 0, "adv_eps must be > 0")
-        from wrappers.text_wrappers import parse_backoff_spec, parse_key_spec
-
         try:
             parse_key_spec(self.state_key)
         except ValueError as err:
@@ -259,7 +259,10 @@ class GAGPOConfig:
         )
 
     def resolved(self, tiny: bool) -> GAGPOConfig:
-        """A copy with every ``"auto"`` / ``None`` replaced by its value for this model."""
+        """A copy with every ``"auto"`` / ``None`` replaced by its value for this model (``tiny``: the library's
+        tiny model, fresh or warm-started)."""
+        if tiny and self.lora_r > 0:
+            raise ValueError("lora_r > 0 needs a pretrained model: the tiny model starts random and trains all weights")
         action_mode = ("choose" if tiny else "generate") if self.action_mode == "auto" else self.action_mode
         clip = CLIP_GENERATE if action_mode == "generate" and self.ratio == "action" else CLIP_CHOOSE
         return dataclasses.replace(

@@ -19,6 +19,13 @@ from typing import Any
 import numpy as np
 import torch
 from torch import nn
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_optimizer_state_dict,
+    set_optimizer_state_dict,
+)
+from torch.distributed.fsdp import fully_shard
 
 
 def launched() -> bool:
@@ -34,7 +41,12 @@ class Distributed:
         self.rank, self.world_size = 0, 1
         self.sharded: list[nn.Module] = []  # FSDP2 modules, root last
         if launched():
-            from accelerate import Accelerator
+            try:  # the optional `distributed` extra
+                from accelerate import Accelerator
+            except ImportError as err:
+                raise ImportError(
+                    "a multi-process launch needs accelerate: pip install 'gagpo-gym[distributed]'"
+                ) from err
 
             self.accelerator = Accelerator(cpu=not torch.cuda.is_available())
             self.rank, self.world_size = self.accelerator.process_index, self.accelerator.num_processes
@@ -59,8 +71,6 @@ class Distributed:
             return core
         if not self.fsdp:
             return self.accelerator.prepare(core)
-        from torch.distributed.fsdp import fully_shard
-
         for layer in core.model.get_decoder().layers:
             self.sharded.append(fully_shard(layer))
         self.sharded.append(fully_shard(core))
@@ -130,7 +140,7 @@ class Distributed:
         """Every rank's ``obj`` (picklable), in rank order."""
         if not self.enabled:
             return [obj]
-        from accelerate.utils import gather_object
+        from accelerate.utils import gather_object  # accelerate is there: self.enabled
 
         return gather_object([obj])
 
@@ -141,16 +151,12 @@ class Distributed:
         """The model's full state dict (gathered from FSDP shards, every rank must call); None when not sharded."""
         if not self.sharded:
             return None
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-
         return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
 
     def optimizer_state(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
         """The optimizer's full state dict keyed by parameter names under FSDP (every rank must call)."""
         if not self.sharded:
             return optimizer.state_dict()
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
-
         options = StateDictOptions(full_state_dict=True, cpu_offload=True)
         return get_optimizer_state_dict(model, optimizer, options=options)
 
@@ -158,8 +164,6 @@ class Distributed:
         if not self.sharded:
             optimizer.load_state_dict(state)
             return
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
-
         set_optimizer_state_dict(model, optimizer, state, options=StateDictOptions(full_state_dict=True))
 
     def barrier(self) -> None:

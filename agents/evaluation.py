@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import math
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -15,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from agents.env_spec import REFERENCE_WRAPPING, EnvSpec
-from wrappers import GroupedVectorEnv
+from wrappers import EpisodeStatistics, GroupedVectorEnv
 
 
 def info_at(infos: dict[str, Any], i: int) -> dict[str, Any]:
@@ -24,8 +25,10 @@ def info_at(infos: dict[str, Any], i: int) -> dict[str, Any]:
     for key, value in infos.items():
         if key.startswith("_"):
             continue
-        if isinstance(value, dict):
-            out[key] = info_at(value, i)
+        if isinstance(value, dict):  # a nested info (e.g. ``episode``): only the sub-envs that have it
+            mask = infos.get(f"_{key}")
+            if mask is None or mask[i]:
+                out[key] = info_at(value, i)
         elif infos[f"_{key}"][i]:
             out[key] = value[i]
     return out
@@ -38,6 +41,17 @@ def check_reward(reward: float, env: str | None, task: str, step: int, action: A
         raise ValueError(
             f"{env} returned reward {reward} for task {task} at step {step} (action {action!r}): rewards must be finite"
         )
+
+
+def recorded(make_env: Callable[[], Any]) -> Any:
+    """``make_env()`` with :class:`~wrappers.EpisodeStatistics` on top unless its stack has one already (every
+    :func:`~wrappers.wrap_text_env` stack has): what :func:`run_panel` reads each finished episode from."""
+    env = layer = make_env()
+    while not isinstance(layer, EpisodeStatistics):
+        if not hasattr(layer, "env"):
+            return EpisodeStatistics(env)
+        layer = layer.env
+    return env
 
 
 #: Where :func:`run_panel` reports finished episodes when its caller passes no ``progress`` (:func:`panel_progress`).
@@ -80,15 +94,13 @@ def run_panel(
     results: list[dict[str, Any]] = []
     for start in range(0, n_tasks, batch_size):
         seeds = np.arange(start, min(start + batch_size, n_tasks)) + seed_offset
-        venv = GroupedVectorEnv(make_env, len(seeds), 1)
+        venv = GroupedVectorEnv(functools.partial(recorded, make_env), len(seeds), 1)
         name = getattr(venv.spec, "id", None) or "the env"
         try:
             obs, infos = venv.reset(options={"task_seeds": seeds})
             current = [info_at(infos, i) for i in range(venv.num_envs)]
             task_ids = [info.get("task_id") for info in current]
-            ret = np.zeros(venv.num_envs)
-            length = np.zeros(venv.num_envs, dtype=int)
-            invalid = np.zeros(venv.num_envs, dtype=int)
+            length = np.zeros(venv.num_envs, dtype=int)  # steps taken, for check_reward's message
             while venv.active.any():
                 idx = np.flatnonzero(venv.active)
                 chosen = act([obs[i] for i in idx], [current[i] for i in idx], venv, idx)
@@ -99,19 +111,17 @@ def run_panel(
                 for i in idx:
                     current[i] = info_at(infos, i)
                     check_reward(rewards[i], name, f"{task_ids[i]!r} (seed {seeds[i]})", length[i] + 1, actions[i])
-                    ret[i] += rewards[i]
                     length[i] += 1
-                    invalid[i] += not current[i].get("action_valid", True)
                 finished = int(len(idx) - venv.active[idx].sum())
                 if report is not None and finished:
                     report(finished)
             for i in range(venv.num_envs):
                 info = current[i]
+                episode = info["episode"]  # EpisodeStatistics' record of the finished episode
                 results.append({
                     "seed": int(seeds[i]), "task_id": info.get("task_id", task_ids[i]),
-                    "task_type": info.get("task_type"), "won": bool(info.get("won", False)), "return": float(ret[i]),
-                    "length": int(length[i]), "invalid": int(invalid[i]),
-                    "score": float(info.get("score", float(info.get("won", False)))),
+                    "task_type": info.get("task_type"), "won": bool(episode["won"]), "return": float(episode["r"]),
+                    "length": int(episode["l"]), "invalid": int(episode["invalid"]), "score": float(episode["score"]),
                 })  # fmt: skip
         finally:
             venv.close()

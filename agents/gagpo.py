@@ -11,11 +11,8 @@ folder's manifest in :mod:`agents.checkpoint`.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
-import json
 import os
-import sys
 import time
 import warnings
 from collections.abc import Sequence
@@ -24,18 +21,18 @@ from typing import Any
 
 import numpy as np
 import torch
-from stable_baselines3.common.callbacks import BaseCallback, CallbackList, ProgressBarCallback
-from stable_baselines3.common.logger import HumanOutputFormat, Logger, make_output_format
+from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.logger import Logger
 
 from agents import checkpoint
 from agents.buffer import GroupRolloutBuffer, Row
-from agents.callbacks import OneLineOutput, StepProgressBar, step_accurate
-from agents.checkpoint import AGENT_FILE
+from agents.callbacks import default_logger, init_callback
+from agents.checkpoint import quiet_hub
 from agents.config import GAGPOConfig
 from agents.distributed import Distributed
 from agents.env_spec import EnvSpec, text_wrapping
 from agents.evaluation import run_panel
-from agents.models import REFERENCE_FILE, Models, ModelSource, Restore, build_models, quiet_hub
+from agents.models import TINY_KINDS, Models, ModelSource, Restore, build_models
 from agents.policy import PolicyCore
 from agents.prior import prior_defaults, read_prior
 from agents.rollout import RolloutCollector
@@ -87,16 +84,14 @@ class GAGPOAgent:
         for key, value in (prior_defaults(prior) if prior else {}).items():
             hyperparameters.setdefault(key, value)
         kind = restore.source.kind if restore else "tiny" if model == "tiny" else "prior" if prior else "pretrained"
-        self.tiny = kind != "pretrained"
-        self.config = GAGPOConfig.from_dict({"estimator": estimator, **hyperparameters}).resolved(self.tiny)
+        tiny = kind in TINY_KINDS
+        self.config = GAGPOConfig.from_dict({"estimator": estimator, **hyperparameters}).resolved(tiny)
         c = self.config
         if c.backend == "vllm" and c.action_mode == "choose":
             warnings.warn(
                 "backend='vllm' serves generate mode; choose mode scores candidates with the trainer's packed forward",
                 stacklevel=2,
             )
-        if self.tiny and c.lora_r > 0:
-            raise ValueError("lora_r > 0 needs a pretrained model: the tiny model starts random and trains all weights")
         torch.set_num_threads(c.torch_threads or max(1, (os.cpu_count() or 2) // 2))
         torch.manual_seed(c.seed)
         self.rng = np.random.default_rng(c.seed)
@@ -107,25 +102,7 @@ class GAGPOAgent:
             raise ValueError("backend='vllm' runs one engine in one process: launch a single process (or use 'hf')")
         self.verbose = verbose if self.dist.is_main else 0  # logs come from the main process
 
-        self.env_spec: EnvSpec | None = None  # None: a GroupedVectorEnv built from the user's own factory
-        if isinstance(env, GroupedVectorEnv):  # under a launch: this rank's own groups
-            self.env = env
-            if env.spec is not None:
-                self.env_spec = EnvSpec(env.spec.id, dict(env_kwargs or {}))
-            self.num_groups = env.num_groups * self.dist.world_size
-        else:
-            if c.num_groups % self.dist.world_size:
-                raise ValueError(
-                    f"num_groups ({c.num_groups}) must be a multiple of the number of processes "
-                    f"({self.dist.world_size}): each rank plays whole groups"
-                )
-            self.num_groups = c.num_groups
-            self.env_spec = EnvSpec.of(env, env_kwargs, env_wrappers)
-            self.env = self.env_spec.vector(
-                c.num_groups // self.dist.world_size, c.group_size, text_wrapping(c), mode=c.vec_mode,
-                task_pool=c.task_pool,
-            )  # fmt: skip
-
+        self.env_spec, self.env, self.num_groups = self._attach_env(env, env_kwargs, env_wrappers)
         corpus = None
         if self.env_spec is not None:
             corpus = functools.partial(collect_env_text, self.env_spec.factory(), seed=c.seed)
@@ -151,10 +128,36 @@ class GAGPOAgent:
             self.env, self.policy, self.prompts, self.buffer, c, self.dist, num_groups=self.num_groups,
             env_id=self.env_id,
         )  # fmt: skip
-        self.set_logger(self._default_logger(log_dir))
-        self._mark_boundary()
+        self.set_logger(default_logger(self.verbose, log_dir))
+        self.mark_boundary()
 
     # ----- construction ---------------------------------------------------------------------------------
+    def _attach_env(
+        self, env: Any, env_kwargs: dict[str, Any] | None, env_wrappers: Sequence[tuple[str, dict[str, Any]]]
+    ) -> tuple[EnvSpec | None, GroupedVectorEnv, int]:
+        """The env spec (None: a GroupedVectorEnv from the user's own factory), this rank's vector env, and the
+        number of groups over all ranks."""
+        c = self.config
+        if isinstance(env, GroupedVectorEnv):  # under a launch: this rank's own groups
+            spec = EnvSpec(env.spec.id, dict(env_kwargs or {})) if env.spec is not None else None
+            return spec, env, env.num_groups * self.dist.world_size
+        if c.num_groups % self.dist.world_size:
+            raise ValueError(
+                f"num_groups ({c.num_groups}) must be a multiple of the number of processes "
+                f"({self.dist.world_size}): each rank plays whole groups"
+            )
+        spec = EnvSpec.of(env, env_kwargs, env_wrappers)
+        vector = spec.vector(
+            c.num_groups // self.dist.world_size, c.group_size, text_wrapping(c), mode=c.vec_mode,
+            task_pool=c.task_pool,
+        )  # fmt: skip
+        return spec, vector, c.num_groups
+
+    @property
+    def tiny(self) -> bool:
+        """The library's tiny model, fresh or warm-started (:data:`agents.models.TINY_KINDS`)."""
+        return self.source.tiny
+
     @property
     def env_id(self) -> str | None:
         return self.env_spec.id if self.env_spec else None
@@ -166,25 +169,6 @@ class GAGPOAgent:
     @property
     def env_wrappers(self) -> tuple[tuple[str, dict[str, Any]], ...]:
         return self.env_spec.wrappers if self.env_spec else ()
-
-    def _default_logger(self, log_dir: str | None) -> Logger:
-        """SB3's logger: one line per iteration at ``verbose=1``, SB3's table at 2; CSV/JSON/TB in ``log_dir``."""
-        outputs: list = []
-        if self.verbose == 1:
-            outputs.append(OneLineOutput())
-        elif self.verbose >= 2:
-            outputs.append(HumanOutputFormat(sys.stdout))
-        if log_dir is not None:
-            os.makedirs(log_dir, exist_ok=True)
-            formats = ["csv", "json"]
-            try:
-                import torch.utils.tensorboard  # noqa: F401
-
-                formats.append("tensorboard")
-            except ImportError:
-                pass
-            outputs += [make_output_format(f, log_dir) for f in formats]
-        return Logger(folder=log_dir, output_formats=outputs)
 
     # ----- SB3-style accessors --------------------------------------------------------------------------
     def set_logger(self, logger: Logger) -> None:
@@ -221,28 +205,12 @@ class GAGPOAgent:
         info_list = [info] if single else list(info)
         if len(obs_list) != len(info_list):
             raise ValueError("predict needs one info per observation")
-        histories = self._histories(len(obs_list), info_list, state, episode_start, single)
+        k = self.config.history_length
+        histories = predict_histories(len(obs_list), info_list, state, episode_start, single, k)
         texts = self._act(obs_list, info_list, histories, deterministic)
         commands = [extract_action(t, tagged=self.config.action_mode == "generate") or "" for t in texts]
-        k = self.config.history_length
         memory = [(h + [[o, a]])[-k:] if k else [] for h, o, a in zip(histories, obs_list, commands)]
         return (commands[0], memory[0]) if single else (commands, memory)
-
-    def _histories(self, n: int, infos: list[dict], state, episode_start, single: bool) -> list[list]:
-        """Each env's history for :meth:`predict`: its state unless its episode starts, else the wrappers'."""
-        if state is None:
-            if episode_start is None and self.config.history_length and "history" not in infos[0]:
-                warnings.warn(
-                    "predict() without state= plays every step without history; pass the state it returns "
-                    "back (and episode_start) to play with the history the agent trained with",
-                    stacklevel=3,
-                )
-            return [list(i.get("history", [])) for i in infos]
-        states = [state] if single else list(state)
-        starts = np.broadcast_to(np.asarray(False if episode_start is None else episode_start, dtype=bool), (n,))
-        if len(states) != n:
-            raise ValueError(f"predict got {n} observations and {len(states)} states")
-        return [[] if start else list(h) for h, start in zip(states, starts)]
 
     def _act(self, obs: list[str], infos: list[dict], histories: list[list], deterministic: bool) -> list[str]:
         """The model's texts (generate mode: the whole response) for a batch of observations."""
@@ -293,22 +261,6 @@ class GAGPOAgent:
             self.logger.record(key, value)
 
     # ----- the loop -------------------------------------------------------------------------------------
-    def _init_callback(self, callback, progress_bar: bool) -> BaseCallback:
-        if isinstance(callback, list):
-            callback = CallbackList(callback)
-        elif callback is None:
-            callback = CallbackList([])
-        if progress_bar:
-            callback = CallbackList([callback, StepProgressBar()])
-        stack = [callback]
-        while stack:  # SB3's own progress bars count env steps taken, not sub-envs per vector step
-            cb = stack.pop()
-            stack += getattr(cb, "callbacks", [])
-            if isinstance(cb, ProgressBarCallback) and not isinstance(cb, StepProgressBar):
-                step_accurate(cb)
-        callback.init_callback(self)
-        return callback
-
     def learn(
         self,
         total_timesteps: int,
@@ -326,7 +278,7 @@ class GAGPOAgent:
             self.num_timesteps = 0
             self.iteration = 0
         total_timesteps = int(total_timesteps) + (0 if reset_num_timesteps else self.num_timesteps)
-        callback = self._init_callback(callback, progress_bar)
+        callback = init_callback(self, callback, progress_bar)
         callback.on_training_start(locals(), globals())
         while self.num_timesteps < total_timesteps:
             t0 = time.perf_counter()
@@ -338,7 +290,7 @@ class GAGPOAgent:
             self.logger.record("time/rollout_s", time.perf_counter() - t0)
             self.train(plan)
             self.iteration += 1
-            self._mark_boundary()
+            self.mark_boundary()
             self.logger.record("time/iterations", self.iteration)
             self.logger.record("time/total_timesteps", self.num_timesteps)
             if log_interval and self.iteration % log_interval == 0:
@@ -366,14 +318,14 @@ class GAGPOAgent:
         )  # fmt: skip
 
     # ----- persistence ----------------------------------------------------------------------------------
-    def _mark_boundary(self) -> None:
-        """Remember the counters and RNG states between two iterations: what a checkpoint holds.
+    def mark_boundary(self) -> None:
+        """Remember the counters and RNG states between two iterations (``self.boundary``): what a save holds.
 
         Weights and optimiser only change in the update, so a save() called mid-rollout (SB3's
         CheckpointCallback saves in on_step) still writes a consistent state, the last iteration boundary, and
         the resumed run continues exactly as the uninterrupted one.
         """
-        self._boundary = {
+        self.boundary = {
             "num_timesteps": self.num_timesteps,
             "iteration": self.iteration,
             "numpy_rng": self.rng.bit_generator.state,
@@ -395,44 +347,10 @@ class GAGPOAgent:
         core_state = self.dist.model_state(self.policy.core)
         optimizer_state = self.dist.optimizer_state(self.policy.core, self.optimizer)
         if self.dist.is_main:
-            checkpoint.save_atomically(path, lambda folder: self._save_folder(folder, core_state, optimizer_state))
+            checkpoint.save_atomically(
+                path, lambda folder: checkpoint.write_agent(folder, self, core_state, optimizer_state)
+            )
         self.dist.barrier()
-
-    def _save_folder(self, path: Path, core_state: dict | None, optimizer_state: dict) -> None:
-        from safetensors.torch import save_file, save_model
-
-        if core_state is None:  # not sharded: the module's own tensors
-            core_state = {f"model.{k}": v for k, v in self.policy.model.state_dict().items()}
-            if self.policy.value_head is not None:
-                core_state |= {f"value_head.{k}": v for k, v in self.policy.value_head.state_dict().items()}
-        part = {name: {k[len(name) + 1 :]: v for k, v in core_state.items() if k.startswith(name + ".")}
-                for name in ("model", "value_head")}  # fmt: skip
-        model = self.policy.model
-        tied = {n for n, _ in model.named_parameters(remove_duplicate=False)} - {n for n, _ in model.named_parameters()}
-        part["model"] = {k: v for k, v in part["model"].items() if k not in tied}  # FSDP gathers tied copies too
-        with quiet_hub():
-            self.policy.model.save_pretrained(path / "model", state_dict=part["model"])
-            self.policy.tokenizer.save_pretrained(path / "model")
-        if self.policy.value_head is not None:
-            save_file({k: v.contiguous() for k, v in part["value_head"].items()}, path / "value_head.safetensors")
-        if self.reference is not None and self.source.kind != "pretrained":
-            save_model(self.reference, str(path / REFERENCE_FILE))
-        torch.save(optimizer_state, path / "optimizer.pt")
-        boundary = self._boundary
-        save_file({"torch": boundary["torch_rng"]}, path / "rng.safetensors")
-        meta = {
-            "config": self.config.to_dict(),
-            "model_source": self.model_source,
-            "model": dataclasses.asdict(self.source),
-            "env_id": self.env_id,
-            "env_kwargs": self.env_kwargs,
-            "env_wrappers": [list(w) for w in self.env_wrappers],
-            "num_timesteps": boundary["num_timesteps"],
-            "iteration": boundary["iteration"],
-            "numpy_rng": boundary["numpy_rng"],
-            "optimizer_format": "names" if self.dist.sharded else "indices",
-        }
-        (path / AGENT_FILE).write_text(json.dumps(meta, indent=2))
 
     @staticmethod
     def verify_checkpoint(path: str | os.PathLike) -> None:
@@ -459,42 +377,39 @@ class GAGPOAgent:
         have the recorded fingerprint. Nothing is downloaded.
         """
         with checkpoint.opened(Path(path)) as folder:
-            return cls._load_folder(folder, env, model=model, verbose=verbose, log_dir=log_dir, **overrides)
-
-    @classmethod
-    def _load_folder(
-        cls, path: Path, env: Any, *, model: str | None, verbose: int, log_dir: str | None, **overrides: Any
-    ) -> GAGPOAgent:
-        from safetensors.torch import load_file
-
-        checkpoint.verify(path)
-        meta = json.loads((path / AGENT_FILE).read_text())
-        values = {**meta["config"], **overrides}
-        hyper = {k: v for k, v in values.items() if k != "estimator"}
-        source = ModelSource.from_record(meta.get("model", meta["model_source"]), path)
-        agent = cls(
-            env if env is not None else meta["env_id"],
-            model=meta["model_source"],
-            estimator=values["estimator"],
-            env_kwargs=meta["env_kwargs"] if env is None else None,
-            env_wrappers=meta.get("env_wrappers", []) if env is None else (),
-            verbose=verbose,
-            log_dir=log_dir,
-            restore=Restore(path, source, model),
-            **hyper,
-        )
-        if agent.policy.value_head is not None:
-            agent.policy.value_head.load_state_dict(load_file(path / "value_head.safetensors"))
-        saved_format = meta.get("optimizer_format", "indices")
-        if saved_format != ("names" if agent.dist.sharded else "indices"):
-            raise ValueError(
-                f"saved agent at {path} has an optimizer state saved {'with' if saved_format == 'names' else 'without'}"
-                " FSDP: resume it with the same fsdp setting (or start a fresh optimizer with a new agent)"
+            meta = checkpoint.read_agent(folder)
+            values = {**meta["config"], **overrides}
+            estimator = values.pop("estimator")
+            source = ModelSource.from_record(meta.get("model", meta["model_source"]), folder)
+            agent = cls(
+                env if env is not None else meta["env_id"],
+                model=meta["model_source"],
+                estimator=estimator,
+                env_kwargs=meta["env_kwargs"] if env is None else None,
+                env_wrappers=meta.get("env_wrappers", []) if env is None else (),
+                verbose=verbose,
+                log_dir=log_dir,
+                restore=Restore(folder, source, model),
+                **values,
             )
-        optimizer_state = torch.load(path / "optimizer.pt", weights_only=True)
-        agent.dist.load_optimizer_state(agent.policy.core, agent.optimizer, optimizer_state)
-        agent.num_timesteps, agent.iteration = meta["num_timesteps"], meta["iteration"]
-        agent.rng.bit_generator.state = meta["numpy_rng"]
-        torch.set_rng_state(load_file(path / "rng.safetensors")["torch"])
-        agent._mark_boundary()
+            checkpoint.restore_state(agent, folder, meta)
         return agent
+
+
+def predict_histories(
+    n: int, infos: list[dict], state: Any, episode_start: Any, single: bool, history_length: int
+) -> list[list]:
+    """Each env's history for :meth:`GAGPOAgent.predict`: its state unless its episode starts, else the wrappers'."""
+    if state is None:
+        if episode_start is None and history_length and "history" not in infos[0]:
+            warnings.warn(
+                "predict() without state= plays every step without history; pass the state it returns "
+                "back (and episode_start) to play with the history the agent trained with",
+                stacklevel=3,
+            )
+        return [list(i.get("history", [])) for i in infos]
+    states = [state] if single else list(state)
+    starts = np.broadcast_to(np.asarray(False if episode_start is None else episode_start, dtype=bool), (n,))
+    if len(states) != n:
+        raise ValueError(f"predict got {n} observations and {len(states)} states")
+    return [[] if start else list(h) for h, start in zip(states, starts)]

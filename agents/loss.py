@@ -26,8 +26,9 @@ def clipped_policy_loss(
     mask = mask.to(logp.dtype)
     weights = torch.ones_like(advantages) if weights is None else weights.to(advantages.dtype)
     log_ratio = (logp - old_logp) * mask
+    action_rho = torch.exp(log_ratio.sum(-1) / mask.sum(-1).clamp(min=1))
     if ratio == "action":
-        rho = torch.exp(log_ratio.sum(-1) / mask.sum(-1).clamp(min=1))
+        rho = action_rho
         surrogate = torch.minimum(rho * advantages, torch.clamp(rho, 1 - clip_low, 1 + clip_high) * advantages)
         loss = -(weights * surrogate).mean()
         clipped = ((rho < 1 - clip_low) | (rho > 1 + clip_high)).float().mean()
@@ -45,6 +46,7 @@ def clipped_policy_loss(
         "clip_fraction": clipped.detach(),
         "approx_kl": approx_kl.detach(),
         "ratio_dev_max": ratio_dev.detach(),
+        "action_ratio": action_rho.detach(),  # [B], whichever ratio the loss uses
     }
 
 

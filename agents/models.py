@@ -13,39 +13,26 @@ Precision follows what verl and TRL settled on for RL fine-tuning:
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import dataclasses
 import hashlib
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
+from huggingface_hub import snapshot_download
+from safetensors.torch import load_model
 from torch import nn
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
 
-from agents.checkpoint import sha256_file
+from agents.checkpoint import REFERENCE_FILE, sha256_file
 from agents.policy import LLMPolicy
 from agents.precision import Precision, resolve_device, resolve_dtype
 from agents.tiny import TinyModelSpec, build_tiny_model, train_tokenizer
 from agents.vllm_backend import VLLMGenerationBackend
-
-
-@contextlib.contextmanager
-def quiet_hub() -> Iterator[None]:
-    """No Hugging Face progress bars while a model is saved or loaded (the scripts print their own progress)."""
-    from transformers.utils import logging as hf_logging
-
-    was_enabled = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            hf_logging.enable_progress_bar()
-
 
 #: Tokenizer classes that run a saved tokenizer.json exactly as written (the tiny model's tokenizer is one).
 GENERIC_TOKENIZERS = ("TokenizersBackend", "PreTrainedTokenizerFast")
@@ -58,8 +45,6 @@ def load_tokenizer(source: str | Path):
     ``AutoTokenizer`` would pick the model type's class (Qwen2's for the tiny Qwen2) and swap in its own
     pre-tokenizer, which splits " 1" into " " and "1" and so changes every action with a number in it.
     """
-    from transformers import AutoTokenizer, PreTrainedTokenizerFast
-
     config = Path(source) / "tokenizer_config.json"
     generic = config.is_file() and json.loads(config.read_text()).get("tokenizer_class") in GENERIC_TOKENIZERS
     tokenizer = (PreTrainedTokenizerFast if generic else AutoTokenizer).from_pretrained(source)
@@ -84,8 +69,6 @@ def check_model_source(source: str) -> None:
 def load_causal_lm(
     source: str | Path, dtype: torch.dtype, device: torch.device, *, local_files_only: bool = False
 ) -> nn.Module:
-    from transformers import AutoModelForCausalLM
-
     return AutoModelForCausalLM.from_pretrained(source, dtype=dtype, local_files_only=local_files_only).to(device)
 
 
@@ -99,8 +82,6 @@ def local_folder(source: str) -> Path:
     if path.is_dir():
         return path.resolve()
     check_model_source(source)
-    from huggingface_hub import snapshot_download
-
     try:
         return Path(snapshot_download(source, local_files_only=True))
     except Exception as err:  # huggingface_hub raises several kinds for "not cached"
@@ -118,11 +99,17 @@ def fingerprint(source: str) -> str:
     return digest.hexdigest()
 
 
+#: The kinds of source that are the library's tiny model: built fresh (``model="tiny"``) or warm-started (a prior
+#: folder). What "tiny" means everywhere: it trains all its weights, and the config's tiny defaults apply to it.
+TINY_KINDS = ("tiny", "prior")
+
+
 @dataclass(frozen=True)
 class ModelSource:
     """Where an agent's initial policy came from, as its checkpoint records it (``agent.json``'s ``"model"``).
 
-    ``kind``: ``"tiny"`` (built from a config), ``"prior"`` (a warm-start folder) or ``"pretrained"``. A saved
+    ``kind``: ``"tiny"`` (built fresh from a config), ``"prior"`` (a warm-start folder: the tiny model with a
+    language prior) or ``"pretrained"``; the first two are :attr:`tiny`. A saved
     agent holds its full weights (or its LoRA adapter) and its tokenizer; what it may still need from the source is
     the KL reference (a tiny or prior agent stores that too: a few MB) and a LoRA base. For those a pretrained
     source is recorded by absolute path and fingerprint, and loading refuses any other bytes under that name.
@@ -133,10 +120,14 @@ class ModelSource:
     path: str | None = None  # absolute folder of a local source
     sha256: str | None = None  # fingerprint(), where a reference or LoRA base must be read back from the source
 
+    @property
+    def tiny(self) -> bool:
+        return self.kind in TINY_KINDS
+
     @classmethod
     def of(cls, name: str, kind: str, *, needed: bool) -> ModelSource:
         """The record of a source given at construction; ``needed``: a checkpoint will have to read it back."""
-        if kind != "pretrained" or not needed:  # a tiny or prior agent stores its reference itself
+        if kind in TINY_KINDS or not needed:  # a tiny agent stores its reference itself
             return cls(name, kind)
         folder = Path(name).expanduser()
         return cls(name, kind, str(folder.resolve()) if folder.is_dir() else None, fingerprint(name))
@@ -248,7 +239,7 @@ def build_models(
             model = load_lora(base, saved)
         else:
             model = load_causal_lm(saved, torch.float32, device)
-    elif source == "tiny":
+    elif source == "tiny":  # built fresh
         if corpus is None:
             raise ValueError("model='tiny' trains its tokenizer on env text: pass an env id or a made env")
         tokenizer = train_tokenizer(corpus(), c.tiny_vocab_size)
@@ -287,14 +278,8 @@ def build_models(
             initial = load_causal_lm(where, precision.compute_dtype, device, local_files_only=True)
         reference = frozen(initial, precision.compute_dtype)
         if stored is not None and stored.is_file():
-            from safetensors.torch import load_model
-
             load_model(reference, stored, device=str(device))
     return Models(policy, reference)
-
-
-#: The KL reference's weights inside a saved tiny or prior agent (a pretrained one records its source instead).
-REFERENCE_FILE = "reference.safetensors"
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,7 @@ class RolloutStats:
     gen_s: float = 0.0
     env_s: float = 0.0
     tokens: int = 0
-    invalid: int = 0
+    invalid: int = 0  # summed over the finished episodes' records (info["episode"])
     unparsed: int = 0
     episodes: list[dict[str, Any]] = field(default_factory=list)  # return, length, won of each finished episode
 
@@ -90,8 +90,7 @@ class RolloutCollector:
                 members = np.flatnonzero(env.group_index == g)
                 self.buffer.start_group(self.group_id(iteration, g), env.episode_index[members].tolist())
             stats = RolloutStats()
-            returns = np.zeros(env.num_envs)
-            lengths = np.zeros(env.num_envs, dtype=int)
+            lengths = np.zeros(env.num_envs, dtype=int)  # steps taken: the action seeds' and messages' step index
             while env.active.any():
                 idx = np.flatnonzero(env.active)
                 if c.action_mode == "choose":
@@ -125,8 +124,6 @@ class RolloutCollector:
                 for k, i in enumerate(idx):
                     info = next_infos[i]
                     done = bool(terminated[i] or truncated[i])
-                    stats.invalid += not info.get("action_valid", True)
-                    stats.unparsed += not info.get("action_parsed", True)
                     self.buffer.add(
                         Row(
                             group=self.group_id(iteration, int(env.group_index[i])),
@@ -147,11 +144,14 @@ class RolloutCollector:
                             backoff_keys=Row.keys_from(current[i], c.key_backoff),
                         )
                     )
-                    returns[i] += rewards[i]
                     lengths[i] += 1
-                    if done:
-                        won = bool(info.get("won", False))
-                        stats.episodes.append({"return": returns[i], "length": lengths[i], "won": won})
+                    if done:  # every episode of a rollout ends: its record counts all of its steps
+                        episode = self.episode_record(info)
+                        stats.invalid += int(episode["invalid"])
+                        stats.unparsed += int(episode["unparsed"])
+                        stats.episodes.append(
+                            {"return": float(episode["r"]), "length": int(episode["l"]), "won": bool(episode["won"])}
+                        )
                     current[i] = info
                 count(len(idx))
                 # What SB3's on-policy loop offers callbacks: only the members stepped this time can be done.
@@ -164,6 +164,17 @@ class RolloutCollector:
                     return None
         self.buffer.finalize(self.dist.sum if self.dist.enabled else None)
         return stats
+
+    def episode_record(self, info: dict[str, Any]) -> dict[str, Any]:
+        """``info["episode"]`` of a finished episode: :class:`~wrappers.EpisodeStatistics`' record (the outermost
+        layer of :func:`~wrappers.wrap_text_env`); a sub-env without it raises one ValueError saying so."""
+        episode = info.get("episode")
+        if not episode or "invalid" not in episode:
+            raise ValueError(
+                f"{self.env_id}: a finished episode has no info['episode'] record of wrappers.EpisodeStatistics: the "
+                "GroupedVectorEnv's sub-envs must be wrapped with wrappers.wrap_text_env (its outermost layer)"
+            )
+        return episode
 
     def bootstrap_values(self, idx, obs, infos, truncated) -> dict[int, float]:
         """V(s_T) of truncated final states, for the PPO baseline's GAE."""

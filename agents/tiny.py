@@ -12,6 +12,11 @@ from dataclasses import dataclass
 
 import gymnasium as gym
 import numpy as np
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+
+from wrappers.prompt import CHOOSE_INSTRUCTION, GENERATE_INSTRUCTION, SYSTEM_PROMPT
 
 CHAT_TEMPLATE = (
     "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
@@ -68,11 +73,6 @@ def collect_env_text(make_env: Callable[[], gym.Env], episodes: int = 48, seed: 
 
 def train_tokenizer(corpus: Iterable[str], vocab_size: int = 1024):
     """A byte-level BPE tokenizer (any text encodes) with Qwen-style chat special tokens and template."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    from wrappers.prompt import CHOOSE_INSTRUCTION, GENERATE_INSTRUCTION, SYSTEM_PROMPT
-
     backend = Tokenizer(models.BPE())
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     backend.decoder = decoders.ByteLevel()
@@ -103,9 +103,6 @@ def train_tokenizer(corpus: Iterable[str], vocab_size: int = 1024):
 
 def build_tiny_model(tokenizer, spec: TinyModelSpec = TinyModelSpec(), seed: int = 0):
     """A randomly initialised Qwen2ForCausalLM sized by ``spec`` for ``tokenizer``."""
-    import torch
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
     config = Qwen2Config(
         vocab_size=len(tokenizer),
         hidden_size=spec.hidden_size,

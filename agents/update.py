@@ -43,11 +43,13 @@ def padded(values: list[np.ndarray], like: torch.Tensor) -> torch.Tensor:
 
 @dataclass
 class StepResult:
-    """One minibatch step: this rank's largest |ratio - 1| before the step, its gradient norm, whether skipped."""
+    """One minibatch step: this rank's largest |ratio - 1| before the step, its gradient norm, whether skipped,
+    and each of its actions' length-normalised ratio before the step (in minibatch order)."""
 
     ratio_dev: float
     grad_norm: float
     skipped: bool
+    action_ratios: np.ndarray
 
 
 class PolicyUpdate:
@@ -151,8 +153,9 @@ class PolicyUpdate:
         return logs
 
     # ----- minibatch steps ----------------------------------------------------------------------------------
-    def micro_loss(self, micro: list[Row], logs: dict[str, list[float]]) -> tuple[torch.Tensor, float]:
-        """The loss of one micro-batch, a mean over its actions (logs its parts), and its largest |ratio - 1|."""
+    def micro_loss(self, micro: list[Row], logs: dict[str, list[float]]) -> tuple[torch.Tensor, dict]:
+        """The loss of one micro-batch, a mean over its actions (logs its parts), and the loss's ratio statistics
+        (``ratio_dev_max``, ``action_ratio``)."""
         c = self.config
         ev = self.evaluate_rows(micro, entropy=c.ent_coef > 0)
         device = ev.logp.device
@@ -179,7 +182,7 @@ class PolicyUpdate:
         logs["policy_loss"].append(float(pg_loss.detach()))
         logs["clip_fraction"].append(float(info["clip_fraction"]))
         logs["approx_kl"].append(float(info["approx_kl"]))
-        return loss, float(info["ratio_dev_max"])
+        return loss, info
 
     def minibatch_step(self, minibatch: list[Row], logs: dict[str, list[float]] | None = None) -> StepResult:
         """One optimiser step on this rank's rows of a minibatch: its micro-batches (``token_budget``) accumulate
@@ -190,25 +193,28 @@ class PolicyUpdate:
         sizes = dist.gather((len(minibatch), len(micros)))
         global_rows, n_micro = sum(s[0] for s in sizes), max(s[1] for s in sizes)
         self.optimizer.zero_grad(set_to_none=True)
-        bad, ratio_dev = 0, 0.0
+        bad, ratio_dev, ratios = 0, 0.0, []
         for k in range(n_micro):
             micro = micros[k] if k < len(micros) else []
             with dist.no_sync(self.policy.forward_core, skip=k < n_micro - 1):
-                loss, dev = self.micro_loss(micro, logs) if micro else (None, 0.0)
+                loss, info = self.micro_loss(micro, logs) if micro else (None, None)
+                if info is not None:
+                    ratios.append(info["action_ratio"].float().cpu().numpy())
                 if loss is not None and not torch.isfinite(loss):
                     bad, loss = 1, None
                 if loss is None:
                     dist.backward(self.zero_loss())  # keeps this rank's collectives in step
                     continue
                 dist.backward(loss * (len(micro) / global_rows * dist.world_size))
-                ratio_dev = max(ratio_dev, dev)
+                ratio_dev = max(ratio_dev, float(info["ratio_dev_max"]))
         grad_norm = dist.clip_grad_norm_(self.params, self.config.max_grad_norm)
+        action_ratios = np.concatenate(ratios) if ratios else np.zeros(0, dtype=np.float32)
         if dist.sum([bad])[0] > 0 or not torch.isfinite(grad_norm):
             self.optimizer.zero_grad(set_to_none=True)
-            return StepResult(ratio_dev, float(grad_norm), skipped=True)
+            return StepResult(ratio_dev, float(grad_norm), True, action_ratios)
         logs["grad_norm"].append(float(grad_norm))
         self.optimizer.step()
-        return StepResult(ratio_dev, float(grad_norm), skipped=False)
+        return StepResult(ratio_dev, float(grad_norm), False, action_ratios)
 
     def run(self, plan: list[list[list[Row]]]) -> dict[str, float]:
         """Every epoch's minibatch steps; returns what to log (``train/...``)."""

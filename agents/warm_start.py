@@ -21,9 +21,9 @@ import numpy as np
 import torch
 
 from agents.callbacks import ProgressBar
+from agents.checkpoint import quiet_hub
 from agents.env_spec import text_wrapping
 from agents.gagpo import GAGPOAgent
-from agents.models import quiet_hub
 from agents.prior import FINE_TUNE, PRIOR_FILE, PROMPT_FIELDS
 
 #: Warm-start losses (:func:`supervised_epochs`).

@@ -25,6 +25,7 @@ import numpy as np
 import gagpo_gym  # noqa: F401  (registers the envs)
 from gagpo_gym.core import state_key
 from gagpo_gym.envs.alfworld import SPLITS, TASK_TYPES
+from wrappers import EpisodeStatistics
 
 TYPES = list(TASK_TYPES.values())
 
@@ -45,7 +46,6 @@ def play(env, seed: int, policy, rng: np.random.Generator, out: Rollouts, source
     clock["replay reset" if source == "random" else "new-game reset"].append(time.perf_counter() - t)
     task_type, game = info["task_type"], info["task_id"]
     terminated = truncated = False
-    steps = 0
     while not (terminated or truncated):
         t = time.perf_counter()
         action = policy(env, info, rng)
@@ -54,9 +54,9 @@ def play(env, seed: int, policy, rng: np.random.Generator, out: Rollouts, source
         t = time.perf_counter()
         obs, _, terminated, truncated, info = env.step(action)
         clock["step"].append(time.perf_counter() - t)
-        steps += 1
-    out.wins[source, task_type].append(bool(info["won"]))
-    out.lengths[source, task_type].append(steps)
+    episode = info["episode"]  # EpisodeStatistics' record of the episode
+    out.wins[source, task_type].append(episode["won"])
+    out.lengths[source, task_type].append(episode["l"])
 
 
 def expert(env, info, rng) -> str:
@@ -85,11 +85,11 @@ def rates(rows: list[tuple[str, int, int]]) -> tuple[float, float]:
 def run_split(split: str, args: argparse.Namespace) -> None:
     out, clock = Rollouts(), defaultdict(list)
     rng = np.random.default_rng(0)
-    planner = gym.make("gagpo_gym/ALFWorld-v0", split=split, data_root=args.data_root)
+    planner = EpisodeStatistics(gym.make("gagpo_gym/ALFWorld-v0", split=split, data_root=args.data_root))
     n_games = len(planner.unwrapped.games)
     sources = [("planner", planner, expert)]
     if args.handcoded:
-        handcoded = gym.make("gagpo_gym/ALFWorld-v0", split=split, data_root=args.data_root)
+        handcoded = EpisodeStatistics(gym.make("gagpo_gym/ALFWorld-v0", split=split, data_root=args.data_root))
         sources.append(("handcoded", handcoded, handcoded_expert))
     started = time.perf_counter()
     for seed in range(n_games):

@@ -18,41 +18,40 @@ import time
 from pathlib import Path
 
 import numpy as np
-import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import agents.update as update  # noqa: E402
+from stable_baselines3.common.callbacks import CallbackList  # noqa: E402
+
 from agents import GAGPOAgent  # noqa: E402
 
 RANGES = {"ppo 0.2": (0.2, 0.2), "gspo 3e-4/4e-4": (3e-4, 4e-4)} | {f"{e:g}": (e, e) for e in (1e-3, 3e-3, 1e-2, 3e-2)}
 
 
+def update_ratios(agent: GAGPOAgent) -> np.ndarray:
+    """One iteration of ``learn``, its update stepped minibatch by minibatch (``agent.update.minibatch_step``):
+    the ratios of every action after the first step (the first minibatch is on-policy)."""
+    callback = CallbackList([])
+    callback.init_callback(agent)
+    agent.collect_rollouts(callback)
+    agent.policy.release_engine()
+    plan = agent.update_plan()
+    agent.recompute_log_probs(plan)
+    agent.policy.train()
+    steps = [agent.update.minibatch_step(minibatch) for epoch in plan for minibatch in epoch]
+    agent.optimizer.zero_grad(set_to_none=True)
+    agent.iteration += 1
+    return np.concatenate([step.action_ratios for step in steps[1:]]) - 1.0
+
+
 def measure(model: str, setting: dict, iterations: int, seed: int) -> dict:
-    deviations: list[float] = []
-    original = update.clipped_policy_loss
-
-    def recording(logp, old, mask, advantages, **kwargs):
-        m = mask.float()
-        rho = torch.exp(((logp - old) * m).sum(-1) / m.sum(-1).clamp(min=1)).detach()
-        deviations.append(rho.cpu().numpy() - 1.0)
-        return original(logp, old, mask, advantages, **kwargs)
-
     agent = GAGPOAgent(
         "gagpo_gym/FrozenLake-v0", model=model, action_mode="generate", num_groups=2, group_size=4,
         minibatch_size=4, n_epochs=2, max_new_tokens=24, history_length=0, torch_threads=1, verbose=0,
         seed=seed, env_kwargs={"max_episode_steps": 2}, **setting,
     )  # fmt: skip
-    update.clipped_policy_loss = recording
     t0 = time.perf_counter()
-    try:
-        per_iteration = []
-        for _ in range(iterations):
-            deviations.clear()
-            agent.learn(1, reset_num_timesteps=False)
-            per_iteration.append(np.concatenate(deviations[1:]))  # minibatch 0 is on-policy
-    finally:
-        update.clipped_policy_loss = original
+    per_iteration = [update_ratios(agent) for _ in range(iterations)]
     dev = np.concatenate(per_iteration)
     out = {
         "actions": int(dev.size),

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from _common import (
+from common import (
     ROOT,
     add_config_arguments,
     config_overrides,
@@ -148,12 +148,14 @@ RATIO_NOTE = (
 
 
 class _Recorder(KVWriter):
-    """An SB3 logger output that keeps every dumped record (one per training iteration) in memory."""
+    """An SB3 logger output that keeps the record of every training iteration in memory."""
 
     def __init__(self) -> None:
         self.rows: list[dict[str, float]] = []
 
     def write(self, key_values: dict[str, Any], key_excluded: dict[str, Any], step: int = 0) -> None:
+        if "time/iterations" not in key_values:  # PanelEvaluation's own records: the run's curve has them
+            return
         row = {"steps": int(step)}
         row.update({k: float(v) for k, v in key_values.items() if isinstance(v, (int, float, np.integer, np.floating))})
         self.rows.append(row)
@@ -181,7 +183,8 @@ class RunSpec:
 
 
 def run_one(spec: RunSpec) -> dict[str, Any]:
-    """Train one agent in chunks of ``eval_every`` env steps and evaluate the panel after each chunk."""
+    """Train one agent, the panel evaluated every ``eval_every`` env steps (``agents.callbacks.PanelEvaluation``)."""
+    from agents.callbacks import PanelEvaluation
     from agents.gagpo import GAGPOAgent
 
     started = time.perf_counter()
@@ -197,38 +200,49 @@ def run_one(spec: RunSpec) -> dict[str, Any]:
     recorder = _Recorder()
     agent.set_logger(Logger(folder=None, output_formats=[recorder]))
     build_s = time.perf_counter() - started
-    curve: list[dict[str, Any]] = []
-    eval_s = 0.0
-    target = 0
-    while True:
-        t0 = time.perf_counter()
-        metrics = agent.evaluate(
-            n_tasks=spec.eval_tasks,
-            deterministic=not spec.sampled_eval,
-            batch_size=min(spec.eval_tasks, 50),
-            seed_offset=spec.eval_offset,
-        )
-        point = {
-            "target_steps": target, "steps": agent.num_timesteps, "success": metrics["success_rate"],
-            "score": metrics["score"], "mean_length": metrics["mean_length"], "invalid_rate": metrics["invalid_rate"],
-        }  # fmt: skip
-        if spec.eval_offset:  # held-out panel: also the training tasks, to tell learning from generalising
-            n_train = min(spec.eval_tasks, agent.config.task_pool or spec.eval_tasks)
-            point["train_success"] = agent.evaluate(n_tasks=n_train, batch_size=min(n_train, 50))["success_rate"]
-        eval_s += time.perf_counter() - t0
-        curve.append({**point, "wall_s": time.perf_counter() - started})
-        if target >= spec.total_steps:
-            break
-        target = min(target + spec.eval_every, spec.total_steps)
-        if agent.num_timesteps < target:
-            agent.learn(target - agent.num_timesteps, reset_num_timesteps=False, log_interval=1)
+    extra = {}
+    if spec.eval_offset:  # held-out panel: also the training tasks, to tell learning from generalising
+        n_train = min(spec.eval_tasks, agent.config.task_pool or spec.eval_tasks)
+        extra["train"] = {"n_tasks": n_train, "batch_size": min(n_train, 50), "deterministic": True, "seed_offset": 0}
+    evaluation = PanelEvaluation(
+        spec.eval_every, spec.eval_tasks, deterministic=not spec.sampled_eval, batch_size=min(spec.eval_tasks, 50),
+        seed_offset=spec.eval_offset, extra_panels=extra,
+    )  # fmt: skip
+    learn_started = time.perf_counter()
+    agent.learn(spec.total_steps, callback=evaluation, log_interval=1)
     wall = time.perf_counter() - started
+    curve = [
+        {"target_steps": target, **_curve_point(point, spec.eval_offset),
+         "wall_s": learn_started - started + point["elapsed_s"]}
+        for target, point in _points_due(evaluation.history, spec.total_steps, spec.eval_every)
+    ]  # fmt: skip
+    eval_s = sum(point["seconds"] for point in evaluation.history)
     return {
         "env": spec.env_name, "label": spec.label, "estimator": spec.estimator, "seed": spec.seed,
         "config": agent.config.to_dict(), "model": spec.model, "eval_tasks": spec.eval_tasks,
         "eval_offset": spec.eval_offset, "curve": curve, "iterations": recorder.rows,
         "wall_s": wall, "build_s": build_s, "eval_s": eval_s, "train_s": wall - build_s - eval_s,
     }  # fmt: skip
+
+
+def _points_due(history: list[dict[str, Any]], total: int, every: int) -> list[tuple[int, dict[str, Any]]]:
+    """One curve point per target (0, every, 2 every, ..., total): the first evaluation at or past it.
+
+    Every run then has the same targets (the tables and plots average seeds target by target), even where one
+    iteration took the agent past two of them (one evaluation stands for both).
+    """
+    targets = [*range(0, total, every), total]
+    return [(t, next(p for p in history if p["steps"] >= t)) for t in targets]
+
+
+def _curve_point(point: dict[str, Any], eval_offset: int) -> dict[str, Any]:
+    out = {
+        "steps": point["steps"], "success": point["success_rate"], "score": point["score"],
+        "mean_length": point["mean_length"], "invalid_rate": point["invalid_rate"],
+    }  # fmt: skip
+    if eval_offset:
+        out["train_success"] = point["train/success_rate"]
+    return out
 
 
 # ----- summaries -------------------------------------------------------------------------------------------

@@ -37,7 +37,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from _common import (
+from common import (
     atomic_write_text,
     check_writable,
     fail,
@@ -95,7 +95,8 @@ def build_parser() -> argparse.ArgumentParser:
 # ----- saved agents ---------------------------------------------------------------------------------------
 def read_agent(path: str) -> dict[str, Any]:
     """A saved agent's agent.json, checked before anything is played (one readable line when it is not sound)."""
-    from agents.gagpo import AGENT_FILE, GAGPOAgent
+    from agents.checkpoint import AGENT_FILE
+    from agents.gagpo import GAGPOAgent
 
     file = Path(path) / AGENT_FILE
     if not file.is_file():

@@ -5,15 +5,16 @@
 
 It measures what the training loop depends on and a unit test cannot see on a laptop:
 
-1. update tokens/s of the agent's own update path (``LLMPolicy.evaluate`` + ``clipped_policy_loss`` + backward +
-   grad clipping + AdamW step, micro-batched under the token budget as ``GAGPOAgent.train`` does) against a raw
+1. update tokens/s of the agent's own update step (``agents.update.PolicyUpdate.minibatch_step``: the forward,
+   ``clipped_policy_loss``, backward, grad clipping and the AdamW step, micro-batched under the token budget, the
+   very code ``GAGPOAgent.train`` runs) against a raw
    Hugging Face forward+backward (``model(ids, labels=...)``) on the same rows, both with gradient checkpointing
    and the same autocast (goal: at least half the raw speed);
 2. generation tokens/s of generate-mode ``LLMPolicy.act`` (the policy's own sampler);
 3. peak accelerator memory of each phase;
-4. the first minibatch's largest ``|ratio - 1|``: behaviour log-probs recomputed under ``no_grad`` in rollout
-   order, as ``GAGPOAgent.recompute_log_probs`` does, then the update's forward with gradients on the shuffled
-   minibatch; and the gap between the sampler's log-probs and the recomputed ones;
+4. the first minibatch's largest ``|ratio - 1|``: behaviour log-probs recomputed under ``no_grad`` in the
+   minibatch's own micro-batches (``PolicyUpdate.recompute``, as ``GAGPOAgent.recompute_log_probs`` does), then
+   the update's step with gradients on it; and the gap between the sampler's log-probs and the recomputed ones;
 5. the share of weight entries one AdamW step at lr 1e-6 changes with fp32 master weights (and how many would
    change if the weights were stored in bf16).
 
@@ -129,34 +130,16 @@ def peak_gib(device: torch.device) -> float | None:
     return torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None
 
 
-def padded(values: list[torch.Tensor], like: torch.Tensor) -> torch.Tensor:
-    """Per-row log-probs, zero-padded to ``like``'s [B, T] (as ``agents.update.padded``, on tensors)."""
-    out = torch.zeros(like.shape, dtype=torch.float32, device=like.device)
-    for k, v in enumerate(values):
-        out[k, : len(v)] = v.to(like.device)
-    return out
+def rows_of(prompts: list[list[int]], responses: list[list[int]], logp: list[np.ndarray], advantages) -> list:
+    """One finished single-step episode per response, as the rollout buffer holds them."""
+    from agents.buffer import Row
 
-
-def agent_update(policy, optimizer, rows, old_logp, advantages, budget: int, clip: tuple[float, float]) -> dict:
-    """One minibatch step exactly as ``GAGPOAgent.train`` takes it: micro-batches, weighted losses, clip, step.
-
-    ``old_logp`` None uses the forward's own (detached) log-probs, so the ratio is 1 and only the cost is measured.
-    """
-    from agents.batching import budget_batches
-    from agents.loss import clipped_policy_loss
-
-    optimizer.zero_grad(set_to_none=True)
-    ratio_dev = 0.0
-    for micro in budget_batches([len(p) + len(r) for p, r in rows], budget):
-        ev = policy.evaluate([rows[i][0] for i in micro], responses=[rows[i][1] for i in micro], entropy=False)
-        old = ev.logp.detach() if old_logp is None else padded([old_logp[i] for i in micro], ev.logp)
-        adv = torch.as_tensor([advantages[i] for i in micro], dtype=torch.float32, device=ev.logp.device)
-        loss, info = clipped_policy_loss(ev.logp, old, ev.mask, adv, clip_low=clip[0], clip_high=clip[1])
-        ratio_dev = max(ratio_dev, float(info["ratio_dev_max"]))
-        (loss * len(micro) / len(rows)).backward()
-    grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), 1.0)
-    optimizer.step()
-    return {"ratio_dev_max": ratio_dev, "grad_norm": float(grad_norm)}
+    return [
+        Row(group=0, episode=i, prompt_ids=p, rollout_logp=np.asarray(lp, dtype=np.float64), reward=0.0,
+            state_key=0, next_state_key=0, terminated=True, done=True, won=False, response_ids=r,
+            advantage=float(a))
+        for i, (p, r, lp, a) in enumerate(zip(prompts, responses, logp, advantages))
+    ]  # fmt: skip
 
 
 def hf_forward_backward(model, rows, budget: int, precision, pad_id: int) -> None:
@@ -204,7 +187,6 @@ def run_check(shape: Shape, device: torch.device, dtype_name: str, budget: int, 
     import transformers
 
     from agents.batching import budget_batches
-    from agents.config import CLIP_GENERATE
     from agents.models import enable_gradient_checkpointing
     from agents.policy import LLMPolicy
     from agents.precision import Precision, resolve_dtype
@@ -251,29 +233,28 @@ def run_check(shape: Shape, device: torch.device, dtype_name: str, budget: int, 
         "peak_gib": peak_gib(device),
     }
 
-    # 4. First minibatch: recompute in rollout order without gradients, then the update's forward on a shuffle.
-    rows = list(zip(prompts, rollout.response_ids))
-    policy.train()
+    # 4. First minibatch: recompute in the minibatch's own micro-batches, then the update's step on it.
+    from agents.config import GAGPOConfig
+    from agents.distributed import Distributed
+    from agents.update import PolicyUpdate
+
+    config = GAGPOConfig(action_mode="generate", learning_rate=1e-6, token_budget=budget).resolved(tiny=False)
+    update = PolicyUpdate(policy, optimizer, config, Distributed())
+    advantages = rng.choice([-1.0, 1.0], size=len(prompts))
+    rows = rows_of(prompts, rollout.response_ids, rollout.logp, advantages)
+    minibatch = [rows[i] for i in rng.permutation(len(rows))]
     reset_peak(device)
-    recomputed: list[torch.Tensor] = []
-    with torch.no_grad():
-        for micro in budget_batches([len(p) + len(r) for p, r in rows], budget):
-            ev = policy.evaluate([rows[i][0] for i in micro], responses=[rows[i][1] for i in micro])
-            recomputed += [ev.logp[k, : len(rows[i][1])].float().cpu() for k, i in enumerate(micro)]
-    gaps = np.concatenate([np.abs(r.numpy() - s) for r, s in zip(recomputed, rollout.logp)])
-    order = rng.permutation(len(rows))
-    advantages = rng.choice([-1.0, 1.0], size=len(rows))
+    recompute_logs = update.recompute([minibatch])
     before = [p.detach().clone() for p in policy.parameters()]
-    first = agent_update(policy, optimizer, [rows[i] for i in order], [recomputed[i] for i in order],
-                         advantages, budget, CLIP_GENERATE)  # fmt: skip
+    first = update.minibatch_step(minibatch)
     moved, moved_bf16 = moved_shares(before, [p.detach() for p in policy.parameters()])
     del before
     result["first_minibatch"] = {
         "rows": len(rows),
-        "ratio_dev_max": first["ratio_dev_max"],
-        "generate_clip_range": list(CLIP_GENERATE),
-        "sampler_gap_max": float(gaps.max()),
-        "sampler_gap_mean": float(gaps.mean()),
+        "ratio_dev_max": first.ratio_dev,
+        "generate_clip_range": [config.clip_range_low, config.clip_range_high],
+        "sampler_gap_max": recompute_logs["rollout/logp_gap_max"],
+        "sampler_gap_mean": recompute_logs["rollout/logp_gap_mean"],
         "peak_gib": peak_gib(device),
     }
     # 5. What that first step at lr 1e-6 did to the fp32 master weights.
@@ -286,9 +267,11 @@ def run_check(shape: Shape, device: torch.device, dtype_name: str, budget: int, 
     ]
     tokens = sum(len(p) + len(r) for p, r in batch)
     signs = rng.choice([-1.0, 1.0], size=len(batch))
+    update_rows = rows_of([p for p, _ in batch], [r for _, r in batch], [np.zeros(len(r)) for _, r in batch], signs)
+    update.gap_warned = True  # these rows were not sampled: their "sampler gap" means nothing
+    update.recompute([update_rows])  # the behaviour log-probs every step's ratio starts from (not timed)
     reset_peak(device)
-    agent_s = timed(lambda: agent_update(policy, optimizer, batch, None, signs, budget, CLIP_GENERATE), device,
-                    shape.repeats)  # fmt: skip
+    agent_s = timed(lambda: update.minibatch_step(update_rows), device, shape.repeats)
     agent_peak = peak_gib(device)
     reset_peak(device)
     hf_s = timed(lambda: hf_forward_backward(model, batch, budget, precision, tokenizer.pad_token_id), device,

@@ -70,7 +70,7 @@ def alfworld_games(split: str, n_games: int | None = None) -> tuple[list[dict[st
         for seed in range(min(len(env.games), n_games or len(env.games))):
             env.reset(seed=seed)
             facts = parse_facts(env.state_string())
-            game_dir = Path(env._game_file).parent
+            game_dir = Path(env.game_file).parent
             params = json.loads((game_dir / "traj_data.json").read_text())["pddl_params"]
             rec_type = {r: _kind(t) for r, t in facts["receptacletype"]}
             obj_type = {o: _kind(t) for o, t in facts["objecttype"]}

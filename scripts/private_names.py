@@ -3,7 +3,7 @@
 An AST scan of gagpo_gym/, wrappers/, agents/, scripts/ and tests/ (no code is imported). It reports
 
 * ``from X import _name`` and ``import X._mod`` / ``from X._mod import ...``: a private name, or a private module
-  used from outside its package (scripts/_common.py is shared by the scripts beside it: that is fine);
+  used from outside its package;
 * ``module._name``: a private attribute of an imported module;
 * ``obj._name`` where ``obj`` is not ``self``, ``cls``, ``super()`` or ``type(self)``;
 * ``getattr``/``setattr``/``hasattr``/``delattr`` (and ``monkeypatch.setattr``, ``mock.patch.object``) with a private
@@ -71,7 +71,7 @@ class Use:
 @dataclass(frozen=True)
 class Module:
     path: Path
-    names: tuple[str, ...]  # the dotted names it is imported by: agents.gagpo; scripts._common and _common
+    names: tuple[str, ...]  # the dotted names it is imported by: agents.gagpo; scripts.common and common
     package: str  # the dotted package holding it ("" for a bare-name module of scripts/ or tests/)
     rel: str  # its path relative to the repository root
 
@@ -90,7 +90,7 @@ def module_of(path: Path, root: Path = ROOT) -> Module:
     dotted = ".".join(parts)
     names = [dotted]
     if parts[0] in LOOSE and len(parts) == 2:
-        names.append(parts[1])  # `from _common import ...` from a script, `import agent_helpers` from a test
+        names.append(parts[1])  # `from common import ...` from a script, `import agent_helpers` from a test
     is_package = path.name == "__init__.py"
     package = dotted if is_package else ".".join(parts[:-1])
     return Module(path, tuple(names), package, path.relative_to(root).as_posix())

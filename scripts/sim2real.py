@@ -33,7 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from _common import ALFWORLD_ORDER, ROOT, fail, markdown_table
+from common import ALFWORLD_ORDER, ROOT, fail, markdown_table
 
 MINIHOUSE = "gagpo_gym/MiniHouse-v0"
 ALFWORLD = "gagpo_gym/ALFWorld-v0"
@@ -92,7 +92,8 @@ def warm_start_stage(args: argparse.Namespace, prior: Path) -> dict[str, Any]:
 
 def rl_stage(args: argparse.Namespace, prior: Path, work: Path) -> dict[str, Any]:
     """Save the prior as an agent (0 steps) and train GAGPO from it; returns steps and wall time."""
-    from agents.gagpo import AGENT_FILE, GAGPOAgent
+    from agents.checkpoint import AGENT_FILE
+    from agents.gagpo import GAGPOAgent
 
     prior_agent, final = work / "prior_agent", work / "gagpo"
     record_file = work / "rl.json"

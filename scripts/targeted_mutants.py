@@ -93,14 +93,14 @@ MUTANTS: dict[str, tuple[str, str, str, list[str], str]] = {
         "a bf16 run saves bf16 weights instead of its fp32 master weights",
     ),
     "table_heat_cool_swapped": (
-        "scripts/_common.py",
+        "scripts/common.py",
         '    "heat": "Heat",\n    "cool": "Cool",\n',
         '    "heat": "Cool",\n    "cool": "Heat",\n',
         ["tests/test_tables.py"],
         "the household table counts Heat games under Cool and back",
     ),
     "alfworld_table_heat_cool_swapped": (
-        "scripts/_common.py",
+        "scripts/common.py",
         '    "pick_heat_then_place_in_recep": "Heat",\n    "pick_cool_then_place_in_recep": "Cool",\n',
         '    "pick_heat_then_place_in_recep": "Cool",\n    "pick_cool_then_place_in_recep": "Heat",\n',
         ["tests/test_tables.py"],

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import (
+from common import (
     add_config_arguments,
     check_env_kwargs,
     config_overrides,
@@ -142,7 +142,8 @@ def _main(args: argparse.Namespace, names: list[str], state: dict[str, Any]) -> 
 
     from agents.callbacks import IterationCheckpoint
     from agents.env_spec import make_env
-    from agents.gagpo import AGENT_FILE, GAGPOAgent
+    from agents.checkpoint import AGENT_FILE
+    from agents.gagpo import GAGPOAgent
 
     verbose = 0 if args.quiet else 1
     started = time.perf_counter()

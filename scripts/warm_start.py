@@ -17,7 +17,7 @@ import argparse
 import sys
 import time
 
-from _common import ROOT, check_env_kwargs, fail, markdown_table, parse_json_kwargs, resolve_env_id
+from common import ROOT, check_env_kwargs, fail, markdown_table, parse_json_kwargs, resolve_env_id
 
 from agents.prior import HELDOUT_OFFSET, update_prior
 

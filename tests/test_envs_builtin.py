@@ -14,7 +14,7 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 import gagpo_gym
-from gagpo_gym.envs.classic_games import _ttt_winner
+from gagpo_gym.envs.classic_games import ttt_winner
 
 ENV_IDS = [
     "gagpo_gym/Maze-v0",
@@ -167,7 +167,7 @@ def test_expert_solves_every_deterministic_task_by_a_shortest_path(env_id: str) 
         env.reset(seed=seed)
         u = env.unwrapped
         if env_id.endswith("Maze-v0"):
-            shortest = u._distance[u.start]
+            shortest = u.distance[u.start]
         elif env_id.endswith("Sokoban-v0"):
             shortest = u.solution_length
         else:
@@ -246,7 +246,7 @@ def test_game_outcome_matches_the_board_and_rewards(env_id: str) -> None:
         assert info["won"] == (info["outcome"] == "win")
         assert info["admissible_actions"] == ["pass"]
         if env_id.endswith("TicTacToe-v0"):
-            winner = _ttt_winner(u.board())
+            winner = ttt_winner(u.board())
             expected = "draw" if winner == 0 else ("win" if winner == u.learner_mark else "loss")
             assert info["outcome"] == expected
     assert {"win", "loss"} <= seen
@@ -259,7 +259,7 @@ def test_tictactoe_cells_follow_pettingzoo_column_major_squares() -> None:
     squares = env.unwrapped.game.unwrapped.board.squares
     assert squares[3] == 1  # PettingZoo: squares[i] is column i // 3, row i % 3
     assert env.unwrapped.board()[1] == 1
-    text = env.unwrapped._board_text().splitlines()[0]
+    text = env.unwrapped.board_text().splitlines()[0]
     assert text.split("|")[1].strip() == "X"
 
 

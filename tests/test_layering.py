@@ -122,24 +122,7 @@ def test_agents_has_no_import_cycles() -> None:
     assert not cycles, "import cycles in agents/:\n" + "\n".join(report)
 
 
-#: Private names still used outside their module (issue #23 brings this to zero): (file, name) pairs. The test is
-#: a ratchet: a new use fails it, and a pair that is no longer used must leave this list.
-NOT_YET_PUBLIC = {
-    ("tests/test_wrappers.py", "_workers"),
-    ("tests/test_reliability.py", "_workers"),
-    ("tests/test_envs_builtin.py", "_ttt_winner"),
-    ("tests/test_envs_builtin.py", "_distance"),
-    ("tests/test_envs_builtin.py", "_board_text"),
-    ("tests/test_minihouse.py", "_touch"),
-    ("tests/test_tables.py", "_common"),
-    ("scripts/minihouse_fidelity.py", "_game_file"),
-}
-
-
-def test_no_new_private_names_used_outside_their_module() -> None:
+def test_no_private_name_is_used_outside_its_module() -> None:
     violations, _ = private_names.scan(ROOT)
-    new = [use for use in violations if (use.path, use.name) not in NOT_YET_PUBLIC]
-    listing = "\n".join(f"  {use}" for use in new)
-    assert not new, f"{len(new)} private name(s) used outside their module:\n{listing}"
-    gone = NOT_YET_PUBLIC - {(use.path, use.name) for use in violations}
-    assert not gone, f"no longer used, remove from NOT_YET_PUBLIC: {sorted(gone)}"
+    listing = "\n".join(f"  {use}" for use in violations)
+    assert not violations, f"{len(violations)} private name(s) used outside their module:\n{listing}"

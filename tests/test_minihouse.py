@@ -257,7 +257,7 @@ def hide_targets_elsewhere(house, rng) -> None:
         house.contents[r].append(o)
         house.contents[r].sort(key=house.obj_rank.__getitem__)
         house.location[o] = r
-        house._touch(o)
+        house.touch(o)
 
 
 def test_searching_expert_does_not_read_hidden_state():

@@ -19,7 +19,7 @@ from safetensors.torch import load_file, save_file
 
 import gagpo_gym  # noqa: F401  (registers the envs)
 from agents import GAGPOAgent
-from agents.models import REFERENCE_FILE
+from agents.checkpoint import REFERENCE_FILE
 from agents.warm_start import warm_start
 
 MAZE = "gagpo_gym/Maze-v0"

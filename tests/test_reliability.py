@@ -139,7 +139,7 @@ def test_made_env_keeps_its_step_limit_and_wrappers(tmp_path: Path) -> None:
     assert agent.env_kwargs["max_episode_steps"] == 2
     agent.learn(4)
     assert max(e["length"] for e in agent.last_rollout["episodes"]) <= 2
-    sub_env, layers = agent.env._workers.envs[0], []
+    sub_env, layers = agent.env.workers.envs[0], []
     while hasattr(sub_env, "env"):
         layers.append(type(sub_env).__name__)
         sub_env = sub_env.env

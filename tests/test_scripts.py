@@ -298,6 +298,18 @@ def test_train_takes_key_backoff_as_a_list_of_keys():
     assert GAGPOConfig.from_dict(overrides).key_backoff == ("observation", "group")
 
 
+def test_fingerprint_estimators_are_deterministic_and_written_to_out(tmp_path):
+    code, stdout, stderr = call("fingerprint", "--only", "estimators", "--out", str(tmp_path / "fp.txt"))
+    assert code == 0, stderr
+    entries = dict(line.split("  ") for line in stdout.splitlines())
+    assert len(entries) > 20 and all(len(v) == 64 and int(v, 16) >= 0 for v in entries.values()), entries
+    assert entries["estimators/gagpo"] == entries["estimators/gagpo_str_keys"]  # the same partition of the rows
+    assert entries["estimators/gagpo"] != entries["estimators/gagpo_no_bootstrap"]
+    assert (tmp_path / "fp.txt").read_text() == stdout
+    assert f"measuring the checkout at {ROOT}" in stderr
+    assert call("fingerprint", "--only", "estimators")[1] == stdout
+
+
 # ----- issue 22: train.py's evaluation table, --until, your own env, Ctrl-C ------------------------------------
 def test_train_eval_tasks_prints_the_household_table(tmp_path):
     """Before: ``KeyError: 'episodes'`` after training on MiniHouse (and ALFWorld): the table read episode rows

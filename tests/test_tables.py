@@ -1,4 +1,4 @@
-"""The paper-style household table (scripts/_common.py) puts each task type's result under its own column.
+"""The paper-style household table (scripts/common.py) puts each task type's result under its own column.
 
 The end-to-end tests play the expert, which wins every game of every type: a table with two columns swapped reads
 the same there. Here every type has its own win count, so a swap (Heat and Cool, say) or a type counted under
@@ -15,7 +15,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from _common import ALFWORLD_ORDER, results_table, table_row  # noqa: E402
+from common import ALFWORLD_ORDER, results_table, table_row  # noqa: E402
 
 from agents.evaluation import summarize  # noqa: E402
 

@@ -19,9 +19,13 @@ import numpy as np
 import pytest
 
 import gagpo_gym
+from agents.config import GAGPOConfig
+from agents.env_spec import EnvSpec, text_wrapping
+from agents.evaluation import info_at, recorded
 from agents.tiny import train_tokenizer
 from gagpo_gym.core import TextEnv, state_key
 from wrappers import (
+    EpisodeStatistics,
     GroupedVectorEnv,
     History,
     InvalidActionPenalty,
@@ -276,7 +280,7 @@ def test_async_worker_error_names_the_worker_and_a_retry_works() -> None:
         with pytest.raises(RuntimeError, match="boom") as failure:
             venv.step(["left"] * 4)
         message = str(failure.value)
-        assert f"sub-env worker 0 (pid {venv._workers.procs[0].pid}), sub-env 0 raised during step" in message
+        assert f"sub-env worker 0 (pid {venv.workers.procs[0].pid}), sub-env 0 raised during step" in message
         with pytest.raises(RuntimeError, match="call reset"):
             venv.step(["left"] * 4)
         assert reset_trace(venv) == expected  # no stale answer from worker 1 is left in its pipe
@@ -290,12 +294,12 @@ def test_async_killed_worker_is_reported_and_restarted_by_reset() -> None:
     venv = fragile_venv(None)
     try:
         venv.reset(seed=5)
-        pid = venv._workers.procs[1].pid
+        pid = venv.workers.procs[1].pid
         os.kill(pid, signal.SIGKILL)
-        venv._workers.procs[1].join(timeout=10)
+        venv.workers.procs[1].join(timeout=10)
         with pytest.raises(RuntimeError, match=rf"sub-env worker 1 \(pid {pid}\) died with exit code -9"):
             venv.step(["right"] * 4)
-        assert reset_trace(venv) == expected and venv._workers.procs[1].pid != pid
+        assert reset_trace(venv) == expected and venv.workers.procs[1].pid != pid
     finally:
         venv.close()
 
@@ -307,12 +311,12 @@ def test_async_workers_leave_ctrl_c_to_the_parent(capfd) -> None:
     venv = fragile_venv(None)
     try:
         venv.reset(seed=5)
-        pids = [proc.pid for proc in venv._workers.procs]
+        pids = [proc.pid for proc in venv.workers.procs]
         for pid in pids:
             os.kill(pid, signal.SIGINT)
         time.sleep(0.5)
-        assert all(proc.is_alive() for proc in venv._workers.procs)
-        assert reset_trace(venv) == expected and [proc.pid for proc in venv._workers.procs] == pids
+        assert all(proc.is_alive() for proc in venv.workers.procs)
+        assert reset_trace(venv) == expected and [proc.pid for proc in venv.workers.procs] == pids
     finally:
         venv.close()
     err = capfd.readouterr().err
@@ -480,18 +484,181 @@ def test_history_keeps_the_last_pairs() -> None:
 
 def test_wrap_text_env_stack_order() -> None:
     env = wrap_text_env(CountingWalk(), key="observation", penalty=0.5, history_length=1, tagged=True)
-    assert [type(w).__name__ for w in (env, env.env, env.env.env, env.env.env.env)] == [
+    assert [type(w).__name__ for w in (env, env.env, env.env.env, env.env.env.env, env.env.env.env.env)] == [
+        "EpisodeStatistics",
         "ParseAction",
         "History",
         "InvalidActionPenalty",
         "StateKey",
     ]
+    assert isinstance(env.env.env.env.env.env, CountingWalk)
     obs0, _ = env.reset(seed=0)
     obs, reward, _, _, info = env.step("no tags here")
     assert reward == -0.5 and not info["action_parsed"] and info["state_key"] == state_key(obs)
     # History sits inside ParseAction: it records the command the env received (here: none could be parsed).
     assert info["history"] == [[obs0, ""]]
     assert env.unwrapped.received == [""]
+
+
+# ----- EpisodeStatistics --------------------------------------------------------------------------------
+def layers(env: gym.Env) -> list[str]:
+    names = [type(env).__name__]
+    while hasattr(env, "env"):
+        env = env.env
+        names.append(type(env).__name__)
+    return names
+
+
+def play_expert(env: gym.Env, first: list[str] = ()) -> tuple[list[float], list[dict], bool, bool]:
+    """Send ``first`` (raw model outputs), then the expert's tagged commands until the episode ends."""
+    rewards, infos, terminated, truncated = [], [], False, False
+    for text in first:
+        _, reward, terminated, truncated, info = env.step(text)
+        rewards.append(reward)
+        infos.append(info)
+    while not (terminated or truncated):
+        _, reward, terminated, truncated, info = env.step(f"<action>{env.unwrapped.expert_action()}</action>")
+        rewards.append(reward)
+        infos.append(info)
+    return rewards, infos, terminated, truncated
+
+
+def test_episode_statistics_record_a_hand_played_maze_episode() -> None:
+    env = wrap_text_env(gym.make(MAZE, **SMALL_MAZE), penalty=0.25, tagged=True)
+    assert isinstance(env, EpisodeStatistics) and isinstance(env, gym.wrappers.RecordEpisodeStatistics)
+    _, info = env.reset(seed=4)
+    assert "episode" not in info
+    # unparsable output (also invalid: ParseAction sends ""), a parsed command the maze rejects, a valid no-goal move
+    rewards, infos, terminated, truncated = play_expert(env, ["go east", "<action>fly away</action>"])
+    assert terminated and not truncated
+    assert all("episode" not in i for i in infos[:-1])  # nothing before the last step
+    record = infos[-1]["episode"]
+    assert set(record) == {"r", "l", "t", "invalid", "unparsed", "won", "score"}
+    assert [i["action_parsed"] for i in infos[:2]] == [False, True] and not any(i["action_valid"] for i in infos[:2])
+    assert record["invalid"] == 2 and record["unparsed"] == 1
+    assert record["l"] == len(rewards) > 2
+    total = 0.0
+    for r in rewards:
+        total += float(r)
+    assert record["r"] == total and type(record["r"]) is float  # the penalised rewards, summed in step order
+    assert record["r"] == pytest.approx(1.0 - 0.5)
+    assert record["won"] is True and record["score"] == 1.0  # no info["score"]: float(won)
+    assert record["t"] >= 0.0
+    assert list(env.return_queue) == [total] and list(env.length_queue) == [record["l"]] and env.episode_count == 1
+    # a reset starts a fresh tally: the expert alone, no invalid or unparsed step
+    env.reset(seed=4)
+    rewards, infos, *_ = play_expert(env)
+    record = infos[-1]["episode"]
+    assert (record["invalid"], record["unparsed"], record["l"], record["r"]) == (0, 0, len(rewards), 1.0)
+    assert env.episode_count == 2
+
+
+def test_episode_statistics_on_a_truncated_lost_episode() -> None:
+    env = wrap_text_env(gym.make(MAZE, max_episode_steps=3, **SMALL_MAZE), penalty=0.1, tagged=False)
+    env.reset(seed=0)
+    outputs = []
+    for text in ("fly", "<action>north</action>", "dance"):  # untagged mode: all parse, none is a maze command
+        outputs.append(env.step(text))
+    *_, terminated, truncated, info = outputs[-1]
+    assert truncated and not terminated and all("episode" not in o[4] for o in outputs[:-1])
+    record = info["episode"]
+    assert (record["l"], record["invalid"], record["unparsed"], record["won"], record["score"]) == (3, 3, 0, False, 0.0)
+    assert record["r"] == (0.0 - 0.1) - 0.1 - 0.1
+
+
+class ScoredWalk(CountingWalk):
+    """CountingWalk with float32 rewards of 0.1 per step and a partial-credit ``info["score"]``."""
+
+    def _execute(self, command: str) -> tuple[str, float, bool]:
+        obs, _, done = super()._execute(command)
+        return obs, 0.1, done
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = super().step(action)
+        return obs, np.float32(reward), terminated, truncated, {**info, "score": 0.25}
+
+
+def test_episode_statistics_sums_rewards_as_python_floats_and_reads_the_score() -> None:
+    env = EpisodeStatistics(ScoredWalk())
+    env.reset(seed=1)
+    rewards, terminated = [], False
+    while not terminated:
+        _, reward, terminated, _, info = env.step("right")
+        rewards.append(reward)
+    assert len(rewards) >= 2 and all(isinstance(r, np.float32) for r in rewards)
+    record = info["episode"]
+    expected = np.zeros(1)  # the hand tallies' float64 accumulator
+    for r in rewards:
+        expected[0] += r
+    assert type(record["r"]) is float and record["r"] == expected[0]
+    assert record["score"] == 0.25 and record["won"] is True
+
+
+def test_an_inner_record_episode_statistics_is_replaced_by_the_outer_record() -> None:
+    env = wrap_text_env(gym.wrappers.RecordEpisodeStatistics(gym.make(MAZE, **SMALL_MAZE)), penalty=0.25)
+    env.reset(seed=2)
+    rewards, infos, *_ = play_expert(env, ["nonsense"])
+    record = infos[-1]["episode"]
+    assert record["unparsed"] == 1 and record["r"] == pytest.approx(0.75)  # the outer record: with the penalty
+
+
+def test_episode_statistics_through_the_grouped_vector_env() -> None:
+    def make() -> gym.Env:
+        return wrap_text_env(gagpo_gym.make(MAZE, **SMALL_MAZE), penalty=0.5)
+
+    venv = GroupedVectorEnv(make, num_groups=1, group_size=2)
+    try:
+        venv.reset(options={"task_seeds": [3]})
+        returns, lengths = np.zeros(2), [0, 0]
+        records: dict[int, dict] = {}
+        while venv.active.any():  # both follow the expert, member 1 after sending garbage twice
+            idx = np.flatnonzero(venv.active)
+            actions: list[Any] = [None, None]
+            for i, expert in zip(idx, venv.call("expert_action", indices=idx)):
+                actions[i] = "garbage" if i == 1 and lengths[1] < 2 else f"<action>{expert}</action>"
+            _, rewards, terminated, truncated, infos = venv.step(actions)
+            for i in idx:
+                returns[i] += rewards[i]
+                lengths[i] += 1
+                info = info_at(infos, int(i))
+                if terminated[i] or truncated[i]:
+                    records[int(i)] = info["episode"]
+                else:
+                    assert "episode" not in info
+        assert sorted(records) == [0, 1]
+        for i in (0, 1):
+            assert records[i]["r"] == returns[i] and records[i]["l"] == lengths[i] and records[i]["won"]
+        assert (records[0]["invalid"], records[0]["unparsed"]) == (0, 0)
+        assert (records[1]["invalid"], records[1]["unparsed"]) == (2, 2)
+    finally:
+        venv.close()
+
+
+def test_episode_statistics_in_gymnasiums_own_vector_env() -> None:
+    venv = gym.vector.SyncVectorEnv([lambda: wrap_text_env(gym.make(MAZE, max_episode_steps=2, **SMALL_MAZE))] * 2)
+    try:
+        venv.reset(seed=0)
+        _, _, _, _, infos = venv.step(["<action>fly</action>", "nothing"])
+        assert "episode" not in infos
+        _, _, _, truncated, infos = venv.step(["<action>fly</action>", "nothing"])
+        assert truncated.all() and infos["_episode"].all()
+        assert infos["episode"]["l"].tolist() == [2, 2] and infos["episode"]["invalid"].tolist() == [2, 2]
+        assert infos["episode"]["unparsed"].tolist() == [0, 2]
+        venv.step(["<action>fly</action>", "nothing"])  # gymnasium's next-step autoreset
+        _, _, _, _, infos = venv.step(["<action>fly</action>", "nothing"])
+        assert "episode" not in infos  # the reset started a fresh tally
+    finally:
+        venv.close()
+
+
+def test_every_env_the_agent_plays_has_one_episode_statistics() -> None:
+    spec = EnvSpec(MAZE, dict(SMALL_MAZE))
+    for mode in ("choose", "generate"):  # what EnvSpec.vector builds each training sub-env with
+        stack = layers(spec.factory(text_wrapping(GAGPOConfig(action_mode=mode)))())
+        assert stack[0] == "EpisodeStatistics" and stack.count("EpisodeStatistics") == 1
+    # evaluation panels: a wrapped factory keeps its one record, a bare env gets one
+    assert layers(recorded(spec.factory(text_wrapping(GAGPOConfig())))).count("EpisodeStatistics") == 1
+    assert layers(recorded(spec.factory()))[0] == "EpisodeStatistics"
 
 
 # ----- PromptBuilder ------------------------------------------------------------------------------------

@@ -1,8 +1,9 @@
-"""Gymnasium wrappers for LLM agents on text envs: grouped vector env, history, parsing, keys, penalties."""
+"""Gymnasium wrappers for LLM agents on text envs: grouped vector env, history, parsing, keys, penalties, stats."""
 
 from wrappers.grouped_vector_env import GroupedVectorEnv
 from wrappers.prompt import PromptBuilder
 from wrappers.text_wrappers import (
+    EpisodeStatistics,
     History,
     InvalidActionPenalty,
     ParseAction,
@@ -14,6 +15,7 @@ from wrappers.text_wrappers import (
 )
 
 __all__ = [
+    "EpisodeStatistics",
     "GroupedVectorEnv",
     "History",
     "InvalidActionPenalty",

@@ -215,8 +215,8 @@ class GroupedVectorEnv(VectorEnv):
         if len(fns) != self.num_envs:
             raise ValueError(f"expected {self.num_envs} env factories (num_groups * group_size), got {len(fns)}")
         if mode == "sync":
-            self._workers: _InProcess | _WorkerProcesses = _InProcess(fns)
-            probe = self._workers.envs[0]
+            self.workers: _InProcess | _WorkerProcesses = _InProcess(fns)
+            probe = self.workers.envs[0]
             self.single_observation_space, self.single_action_space = (
                 probe.observation_space,
                 probe.action_space,
@@ -230,7 +230,7 @@ class GroupedVectorEnv(VectorEnv):
             )
             self.spec = probe.spec
             probe.close()
-            self._workers = _WorkerProcesses(fns, n_workers or min(self.num_envs, mp.cpu_count()), context)
+            self.workers = _WorkerProcesses(fns, n_workers or min(self.num_envs, mp.cpu_count()), context)
         else:
             raise ValueError(f"mode must be 'sync' or 'async', got {mode!r}")
         self.mode = mode
@@ -263,7 +263,7 @@ class GroupedVectorEnv(VectorEnv):
         jobs = [(i, int(seeds[self.group_index[i]])) for i in range(self.num_envs)]
         infos: dict[str, Any] = {}
         self._failed = True
-        results = self._workers.reset(jobs)
+        results = self.workers.reset(jobs)
         self._failed = False
         for i, (obs, info) in enumerate(results):
             self._observations[i] = obs
@@ -293,7 +293,7 @@ class GroupedVectorEnv(VectorEnv):
         truncated = np.zeros(self.num_envs, dtype=bool)
         infos: dict[str, Any] = {}
         self._failed = True
-        results = self._workers.step([(int(i), actions[i]) for i in idx])
+        results = self.workers.step([(int(i), actions[i]) for i in idx])
         self._failed = False
         for i, (obs, reward, term, trunc, info) in zip(idx, results):
             self._observations[i] = obs
@@ -305,7 +305,7 @@ class GroupedVectorEnv(VectorEnv):
     def call(self, name: str, *args: Any, indices: Sequence[int] | None = None) -> tuple[Any, ...]:
         """Call ``env.unwrapped.<name>(*args)`` on the sub-envs (all, or ``indices``)."""
         indices = list(range(self.num_envs)) if indices is None else [int(i) for i in indices]
-        return tuple(self._workers.call(name, indices, args))
+        return tuple(self.workers.call(name, indices, args))
 
     def close_extras(self, **kwargs: Any) -> None:
-        self._workers.close()
+        self.workers.close()

@@ -6,6 +6,8 @@ Stack, innermost first (:func:`wrap_text_env` builds it for each sub-env of a gr
     InvalidActionPenalty       reward -= penalty when ``info["action_valid"]`` is False
     History(length)            ``info["history"]``: the last (observation, command) pairs for the prompt
     ParseAction(tagged)        raw LLM text -> command; unparsable output goes down the env's invalid path
+    EpisodeStatistics          episode stats: ``info["episode"]`` at an episode's end (return, length, time,
+                               invalid and unparsed steps, won, score); outermost, so it sees every flag and penalty
 
 None of them knows about models or tokenizers.
 """
@@ -13,6 +15,7 @@ None of them knows about models or tokenizers.
 from __future__ import annotations
 
 import re
+import time
 from collections import deque
 from collections.abc import Sequence
 from typing import Any
@@ -195,6 +198,63 @@ class History(gym.Wrapper):
         return obs, reward, terminated, truncated, {**info, "history": [list(p) for p in self._pairs]}
 
 
+class EpisodeStatistics(gym.wrappers.RecordEpisodeStatistics):
+    """Gymnasium's :class:`~gymnasium.wrappers.RecordEpisodeStatistics`, with what a text agent also counts.
+
+    At the end of an episode (terminated or truncated) ``info["episode"]`` holds Gymnasium's ``"r"`` (the return),
+    ``"l"`` (the length) and ``"t"`` (seconds since the reset), so SB3 and Gymnasium consumers keep working, and
+
+    * ``"invalid"``: steps whose ``info["action_valid"]`` was False (the env rejected the command);
+    * ``"unparsed"``: steps whose ``info["action_parsed"]`` was False (no command in the model's output);
+    * ``"won"``: ``bool(info.get("won", False))`` of the last step;
+    * ``"score"``: ``float(info.get("score", float(won)))`` of the last step.
+
+    The return is the sum of ``float(reward)`` in step order (float64 whatever dtype the env's rewards have), the
+    value a float64 accumulator of the same rewards gives. A non-final step's info has no ``"episode"``; a reset
+    starts a fresh tally. An ``info["episode"]`` of an inner wrapper (a user's own RecordEpisodeStatistics) is
+    replaced at the episode's end: the outermost record, the one that sees penalties, is what is counted.
+    """
+
+    def __init__(self, env: gym.Env, buffer_length: int = 100, stats_key: str = "episode") -> None:
+        super().__init__(env, buffer_length=buffer_length, stats_key=stats_key)
+        self.episode_invalid = 0
+        self.episode_unparsed = 0
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        obs, info = super().reset(seed=seed, options=options)
+        self.episode_invalid = 0
+        self.episode_unparsed = 0
+        return obs, info
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.episode_returns += float(reward)
+        self.episode_lengths += 1
+        self.episode_invalid += not info.get("action_valid", True)
+        self.episode_unparsed += not info.get("action_parsed", True)
+        if terminated or truncated:
+            elapsed = round(time.perf_counter() - self.episode_start_time, 6)
+            won = bool(info.get("won", False))
+            info = {
+                **info,
+                self._stats_key: {
+                    "r": self.episode_returns,
+                    "l": self.episode_lengths,
+                    "t": elapsed,
+                    "invalid": self.episode_invalid,
+                    "unparsed": self.episode_unparsed,
+                    "won": won,
+                    "score": float(info.get("score", float(won))),
+                },
+            }
+            self.time_queue.append(elapsed)
+            self.return_queue.append(self.episode_returns)
+            self.length_queue.append(self.episode_lengths)
+            self.episode_count += 1
+            self.episode_start_time = time.perf_counter()
+        return obs, reward, terminated, truncated, info
+
+
 def wrap_text_env(
     env: gym.Env,
     *,
@@ -204,8 +264,10 @@ def wrap_text_env(
     tagged: bool = True,
     backoff: Sequence[str] = (),
 ) -> gym.Env:
-    """The standard stack for training: state and back-off keys, invalid-action penalty, history, action parsing."""
+    """The standard stack for training: state and back-off keys, invalid-action penalty, history, action parsing,
+    and outermost the episode statistics (it counts the penalised rewards and ParseAction's ``action_parsed``)."""
     env = StateKey(env, key, backoff)
     env = InvalidActionPenalty(env, penalty)
     env = History(env, history_length)
-    return ParseAction(env, tagged)
+    env = ParseAction(env, tagged)
+    return EpisodeStatistics(env)

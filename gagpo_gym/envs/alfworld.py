@@ -257,7 +257,7 @@ class ALFWorldEnv(TextEnv):
         self._engine = self._api["AlfredInfos"](self._api["AlfredDemangler"](pddl_env, shuffle=False))
         self._pddl_env = pddl_env
         self._loaded: str | None = None
-        self._game_file = ""
+        self.game_file = ""
         self._game_state: Any = None
         self._admissible: list[str] = []
         # Planner expert: the plan being followed. Handcoded expert: the agent, its RNG, and the
@@ -281,13 +281,13 @@ class ALFWorldEnv(TextEnv):
         if game != self._loaded:  # a group replays one game many times: load (parse) it once
             self._engine.load(str(self._split_dir / game))
             self._loaded = game
-            self._game_file = str(self._split_dir / game)
+            self.game_file = str(self._split_dir / game)
         self._set_state(self._engine.reset())
         self.task_id = f"json_2.1.1/{self.split}/{game}"
         self.task_type = TASK_TYPES[_type_prefix(game)]
         intro = self._game_state.feedback
         self.task = intro.rsplit(_TASK_PREFIX, 1)[-1].strip().rstrip(".") if _TASK_PREFIX in intro else ""
-        self._plan = list(self._initial_plans.get(self._game_file, ())) or None
+        self._plan = list(self._initial_plans.get(self.game_file, ())) or None
         self._handcoded = None
         self._handcoded_rng.seed(int(self.np_random.integers(2**32)))
         self._handcoded_pending = [(self._game_state, "")]
@@ -336,7 +336,7 @@ class ALFWorldEnv(TextEnv):
             at_start = self._pddl_env._moves == 0
             self._plan = self._pddl_env._pddl_state.replan(self._pddl_env._entity_infos)
             if at_start:
-                self._initial_plans[self._game_file] = tuple(self._plan)
+                self._initial_plans[self.game_file] = tuple(self._plan)
         return self._plan[0] if self._plan else "look"
 
     def _handcoded_action(self) -> str:
@@ -346,7 +346,7 @@ class ALFWorldEnv(TextEnv):
             for game_state, command in self._handcoded_pending:
                 if not command:  # the episode's first state
                     self._handcoded = api["HandCodedTWAgent"](max_steps=200)
-                    self._handcoded.reset(self._game_file)
+                    self._handcoded.reset(self.game_file)
                     self._handcoded.observe(game_state.feedback)
                     self._handcoded_next = "look"
                 elif self._handcoded is not None:

@@ -90,7 +90,7 @@ class _TwoPlayerGameEnv(TextEnv):
         """Whether ``mark`` playing ``move`` on ``board`` completes a line."""
         raise NotImplementedError
 
-    def _board_text(self) -> str:
+    def board_text(self) -> str:
         raise NotImplementedError
 
     def _search_move(self) -> int:
@@ -175,7 +175,7 @@ class _TwoPlayerGameEnv(TextEnv):
 
     def _situation(self) -> str:
         them = MARKS[3 - self.learner_mark]
-        lines = [self._board_text()]
+        lines = [self.board_text()]
         if self._last_opponent_move is not None:
             lines.insert(0, f"The opponent ({them}) played {self.command_verb} {self._last_opponent_move}.")
         if self.outcome == "playing":
@@ -189,7 +189,7 @@ class _TwoPlayerGameEnv(TextEnv):
 TTT_LINES = ((0, 1, 2), (3, 4, 5), (6, 7, 8), (0, 3, 6), (1, 4, 7), (2, 5, 8), (0, 4, 8), (2, 4, 6))
 
 
-def _ttt_winner(board: tuple[int, ...]) -> int:
+def ttt_winner(board: tuple[int, ...]) -> int:
     for a, b, c in TTT_LINES:
         if board[a] and board[a] == board[b] == board[c]:
             return board[a]
@@ -200,7 +200,7 @@ def _ttt_child_value(board: tuple[int, ...], move: int, mark: int) -> int:
     """Minimax value for ``mark`` of playing ``move`` (0-based): +(1 + empty cells) for a win, so faster wins
     score higher, 0 for a draw, negative for a loss."""
     child = board[:move] + (mark,) + board[move + 1 :]
-    if _ttt_winner(child) == mark:
+    if ttt_winner(child) == mark:
         return 1 + child.count(0)
     return 0 if 0 not in child else -_ttt_value(child, 3 - mark)
 
@@ -227,7 +227,7 @@ def _ttt_expert(board: tuple[int, ...], mark: int) -> tuple[int, float]:
     best_move, best_p = -1, -1.0
     for move in _ttt_best_moves(board, mark):
         child = board[:move] + (mark,) + board[move + 1 :]
-        if _ttt_winner(child) == mark:
+        if ttt_winner(child) == mark:
             p = 1.0
         elif 0 not in child:
             p = 0.0
@@ -236,7 +236,7 @@ def _ttt_expert(board: tuple[int, ...], mark: int) -> tuple[int, float]:
             total = 0.0
             for reply in replies:
                 grand = child[:reply] + (3 - mark,) + child[reply + 1 :]
-                if _ttt_winner(grand) == 0 and 0 in grand:
+                if ttt_winner(grand) == 0 and 0 in grand:
                     total += _ttt_expert(grand, mark)[1]
             p = total / len(replies)
         if p > best_p:
@@ -267,7 +267,7 @@ class TicTacToeEnv(_TwoPlayerGameEnv):
         return [i + 1 for i in range(9) if not board[i]]
 
     def wins_with(self, board: tuple[int, ...], move: int, mark: int) -> bool:
-        return _ttt_winner(board[: move - 1] + (mark,) + board[move:]) == mark
+        return ttt_winner(board[: move - 1] + (mark,) + board[move:]) == mark
 
     def _search_move(self) -> int:
         return _ttt_expert(self.board(), self.learner_mark)[0] + 1
@@ -278,7 +278,7 @@ class TicTacToeEnv(_TwoPlayerGameEnv):
     def _rules(self) -> str:
         return "Three in a row (across, down or diagonal) wins. Empty cells show their numbers."
 
-    def _board_text(self) -> str:
+    def board_text(self) -> str:
         board = self.board()
         cells = [MARKS[v] if v else str(i + 1) for i, v in enumerate(board)]
         rows = [f" {cells[r]} | {cells[r + 1]} | {cells[r + 2]}" for r in (0, 3, 6)]
@@ -416,7 +416,7 @@ class ConnectFourEnv(_TwoPlayerGameEnv):
     def _rules(self) -> str:
         return "Drop pieces into columns 1-7; four in a row (across, down or diagonal) wins."
 
-    def _board_text(self) -> str:
+    def board_text(self) -> str:
         board = self.board()
         rows = ["|" + " ".join(MARKS[board[C4_COLS * r + c]] for c in range(C4_COLS)) + "|" for r in range(C4_ROWS)]
         return "\n".join([" " + " ".join(str(c + 1) for c in range(C4_COLS))] + rows)

@@ -122,7 +122,7 @@ class MazeEnv(TextEnv):
         self.start: Cell = (0, 0)
         self.treasure: Cell = (0, 0)
         self.pos: Cell = (0, 0)
-        self._distance: dict[Cell, int] = {}
+        self.distance: dict[Cell, int] = {}
 
     # ----- task generation ----------------------------------------------------------------------------
     def _new_task(self, seed: int | None, options: dict[str, Any]) -> str:
@@ -138,7 +138,7 @@ class MazeEnv(TextEnv):
             )
         self.start, self.treasure = pairs[int(self.np_random.integers(len(pairs)))]
         self.pos = self.start
-        self._distance = self._bfs(self.treasure)
+        self.distance = self._bfs(self.treasure)
         place = self.room_of.get(self.treasure)
         self.task = "Find the treasure" + (f", hidden in the {place}." if place else ", hidden in a corridor.")
         digest = hashlib.blake2b(self._map_text(show_player=False).encode(), digest_size=6).hexdigest()
@@ -219,7 +219,7 @@ class MazeEnv(TextEnv):
     def expert_action(self, kind: str | None = None) -> str:
         """A step along a shortest path (BFS distances from the treasure; ties go to the first direction)."""
         self._expert_kind(kind)
-        best = min(self.exits[self.pos], key=lambda d: self._distance[_step(self.pos, d)])
+        best = min(self.exits[self.pos], key=lambda d: self.distance[_step(self.pos, d)])
         return f"go {best}"
 
     # ----- text ---------------------------------------------------------------------------------------

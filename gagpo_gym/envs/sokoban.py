@@ -103,7 +103,7 @@ class SokobanEnv(TextEnv):
         self.task = (
             "Push the box onto the target." if self.n_boxes == 1 else f"Push all {self.n_boxes} boxes onto the targets."
         )
-        layout = self._board_text()
+        layout = self.board_text()
         digest = hashlib.blake2b(layout.encode(), digest_size=6).hexdigest()
         self.task_id = f"sokoban-{self.width}x{self.height}-{digest}"
         return f"{self.task} {LEGEND}\n{layout}"
@@ -173,8 +173,8 @@ class SokobanEnv(TextEnv):
         verb = f"You push the box {command}." if self.boxes != before else f"You move {command}."
         if self.boxes == self.targets:
             self.won = True
-            return f"{verb} Every box is on a target: puzzle solved!\n{self._board_text()}", 1.0, True
-        return f"{verb} {LEGEND}\n{self._board_text()}", 0.0, False
+            return f"{verb} Every box is on a target: puzzle solved!\n{self.board_text()}", 1.0, True
+        return f"{verb} {LEGEND}\n{self.board_text()}", 0.0, False
 
     def admissible_actions(self) -> list[str]:
         state = self._state()
@@ -219,7 +219,7 @@ class SokobanEnv(TextEnv):
         return self._plan[state]
 
     # ----- text ---------------------------------------------------------------------------------------
-    def _board_text(self) -> str:
+    def board_text(self) -> str:
         rows = []
         for r in range(self.height):
             row = []

@@ -164,7 +164,7 @@ class House:
         place = "agent" if self.location[o] == MIDDLE else self.rec_name[self.location[o]]
         return self.obj_name[o] + "@" + place + "".join("+" + name for bit, name in _FLAG_NAMES if self.flags[o] & bit)
 
-    def _touch(self, o: int) -> None:
+    def touch(self, o: int) -> None:
         self._tokens[o] = self._token(o)
         self._objects_part = None
 
@@ -233,14 +233,14 @@ class House:
             _, o, r = op
             self.contents[r].remove(o)
             self.location[o], self.held = MIDDLE, o
-            self._touch(o)
+            self.touch(o)
             text = f"You pick up the {self.obj_name[o]} from the {self.rec_name[r]}."
         elif kind == "move":
             _, o, r = op
             self.contents[r].append(o)
             self.contents[r].sort(key=self.obj_rank.__getitem__)
             self.location[o], self.held = r, MIDDLE
-            self._touch(o)
+            self.touch(o)
             text = f"You move the {self.obj_name[o]} to the {self.rec_name[r]}."
         elif kind in ("heat", "cool", "clean"):
             _, o, r = op
@@ -250,17 +250,17 @@ class House:
                 self.flags[o] = (self.flags[o] | COOL) & ~HOT
             else:
                 self.flags[o] |= CLEAN
-            self._touch(o)
+            self.touch(o)
             text = f"You {kind} the {self.obj_name[o]} using the {self.rec_name[r]}."
         elif kind == "slice":
             _, o, knife = op
             self.flags[o] |= SLICED
-            self._touch(o)
+            self.touch(o)
             text = f"You sliced the {self.obj_name[o]} with the {self.obj_name[knife]}."
         elif kind == "use":
             o = op[1]
             self.flags[o] = (self.flags[o] ^ ON) | TOGGLED
-            self._touch(o)
+            self.touch(o)
             text = f"You turn on the {self.obj_name[o]}."  # isToggled stays true, so the grammar always says "on"
         elif kind == "examine_receptacle":
             text = self.describe(op[1])
