@@ -47,6 +47,21 @@ def budget_batches(sizes: Sequence[int], budget: int) -> list[list[int]]:
     return batches + ([current] if current else [])
 
 
+def padded_batches(sizes: Sequence[int], budget: int) -> list[list[int]]:
+    """Index batches, smallest items first, each of whose padded tensor (items x the largest) stays within
+    ``budget`` (an oversized item goes alone). Items of similar size share a batch, so little of it is padding.
+    Ties keep their order, and the batches list the items in that sorted order."""
+    order = sorted(range(len(sizes)), key=sizes.__getitem__)
+    batches: list[list[int]] = []
+    current: list[int] = []
+    for i in order:  # sorted: the item added is the batch's largest
+        if current and sizes[i] * (len(current) + 1) > budget:
+            batches.append(current)
+            current = []
+        current.append(i)
+    return batches + ([current] if current else [])
+
+
 def as_long(device: torch.device, *lists: Sequence[int]) -> list[torch.Tensor]:
     """Each list as a long tensor on ``device``."""
     return [torch.as_tensor(list(x), dtype=torch.long, device=device) for x in lists]

@@ -82,8 +82,8 @@ class PanelEvaluation(BaseCallback):
     passed, the training's total steps at the end, the steps it started from at the start), those four metrics,
     ``<name>/<metric>`` for the extra panels, ``seconds`` (the time the panels took) and ``elapsed_s`` (seconds since
     the first training start, evaluations included). :attr:`last` holds the main panel's full
-    :meth:`~agents.gagpo.GAGPOAgent.evaluate` result. The agent's own random stream picks the action seeds
-    (ignored by greedy actions), so evaluating changes the draws of the training that follows.
+    :meth:`~agents.gagpo.GAGPOAgent.evaluate` result. Sampled evaluations draw from streams of their own (one per
+    task and step), so a run trains the same with or without this callback, whatever its schedule.
     """
 
     METRICS = ("success_rate", "score", "mean_length", "invalid_rate")
@@ -316,6 +316,7 @@ class OneLineOutput(KVWriter):
         ("train/policy_loss", "loss", "{:.3g}"),
         ("train/clip_fraction", "clip", "{:.2f}"),
         ("time/rollout_s", "rollout_s", "{:.1f}"),
+        ("time/recompute_s", "recompute_s", "{:.1f}"),
         ("time/update_s", "update_s", "{:.1f}"),
         ("eval/success_rate", "eval success", "{:.2f}"),  # PanelEvaluation's own lines
         ("eval/mean_length", "eval len", "{:.3g}"),

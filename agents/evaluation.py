@@ -80,6 +80,7 @@ def run_panel(
     seed_offset: int = 0,
     episodes: bool = True,
     progress: Callable[[int], None] | None = None,
+    workers: int = 0,
 ) -> dict[str, Any]:
     """Play tasks ``seed_offset + 0 .. n_tasks - 1`` once each; ``act(obs, infos, venv, indices) -> actions``.
 
@@ -87,20 +88,35 @@ def run_panel(
     ``episodes=False`` leaves the per-episode rows out of the summary. ``progress(k)`` is called as ``k`` more
     episodes finish (default: the reporter of an enclosing :func:`panel_progress`, if any). A reward that is not
     finite raises ``ValueError`` naming the env, task and step (a mean over it would be ``nan``).
+
+    ``workers``: 0 or 1 steps the envs in this process; ``N >= 2`` steps each batch's envs in ``N`` worker
+    processes (``GroupedVectorEnv(mode="async")``, started once for the whole panel), while ``act`` runs here.
+    The results are the same either way: the batches, the order of the ``act`` calls and every env's task seed
+    do not depend on where the envs run. One set of ``min(batch_size, n_tasks)`` envs plays every batch (each
+    reset with its batch's task seeds; a short last batch leaves the rest idle): envs are made once per panel.
     """
     if n_tasks < 1 or batch_size < 1:
         raise ValueError(f"n_tasks and batch_size must be >= 1, got {n_tasks} and {batch_size}")
+    if workers < 0:
+        raise ValueError(f"workers must be >= 0, got {workers}")
     report = progress if progress is not None else _PANEL_PROGRESS.get()
     results: list[dict[str, Any]] = []
-    for start in range(0, n_tasks, batch_size):
-        seeds = np.arange(start, min(start + batch_size, n_tasks)) + seed_offset
-        venv = GroupedVectorEnv(functools.partial(recorded, make_env), len(seeds), 1)
-        name = getattr(venv.spec, "id", None) or "the env"
-        try:
-            obs, infos = venv.reset(options={"task_seeds": seeds})
-            current = [info_at(infos, i) for i in range(venv.num_envs)]
+    size = min(batch_size, n_tasks)
+    mode = {"mode": "async", "n_workers": min(workers, size)} if workers >= 2 else {}
+    venv = GroupedVectorEnv(functools.partial(recorded, make_env), size, 1, **mode)
+    name = getattr(venv.spec, "id", None) or "the env"
+    try:
+        for start in range(0, n_tasks, batch_size):
+            seeds = np.arange(start, min(start + batch_size, n_tasks)) + seed_offset
+            n = len(seeds)
+            # A short last batch: the idle envs replay their last task (for ALFWorld a cheap reset of the loaded
+            # game) and take no step.
+            padded = np.concatenate([seeds, venv.task_seeds[n:]]) if n < size else seeds
+            obs, infos = venv.reset(options={"task_seeds": padded})
+            venv.active[n:] = False
+            current = [info_at(infos, i) for i in range(n)]
             task_ids = [info.get("task_id") for info in current]
-            length = np.zeros(venv.num_envs, dtype=int)  # steps taken, for check_reward's message
+            length = np.zeros(n, dtype=int)  # steps taken, for check_reward's message
             while venv.active.any():
                 idx = np.flatnonzero(venv.active)
                 chosen = act([obs[i] for i in idx], [current[i] for i in idx], venv, idx)
@@ -115,7 +131,7 @@ def run_panel(
                 finished = int(len(idx) - venv.active[idx].sum())
                 if report is not None and finished:
                     report(finished)
-            for i in range(venv.num_envs):
+            for i in range(n):
                 info = current[i]
                 episode = info["episode"]  # EpisodeStatistics' record of the finished episode
                 results.append({
@@ -123,8 +139,8 @@ def run_panel(
                     "task_type": info.get("task_type"), "won": bool(episode["won"]), "return": float(episode["r"]),
                     "length": int(episode["l"]), "invalid": int(episode["invalid"]), "score": float(episode["score"]),
                 })  # fmt: skip
-        finally:
-            venv.close()
+    finally:
+        venv.close()
     summary = summarize(results)
     if not episodes:
         del summary["episodes"]
@@ -190,10 +206,13 @@ def reference_policy_panel(
     seed: int = 0,
     seed_offset: int = 0,
     progress: Callable[[int], None] | None = None,
+    workers: int = 0,
 ) -> dict[str, Any]:
     """Panel metrics of a reference policy: ``"expert"`` (the env's oracle) or ``"random"`` (uniform admissible).
 
-    Tasks run 16 at a time (the random policy's action stream depends on it, so its rows stay reproducible).
+    Tasks run 16 at a time (the random policy's action stream depends on it, so its rows stay reproducible);
+    ``workers >= 2`` steps the envs in that many processes (:func:`run_panel`), with the same rows. The expert is
+    asked in the processes that hold the envs.
     """
     rng = np.random.default_rng(seed)
 
@@ -210,4 +229,5 @@ def reference_policy_panel(
         n_tasks,
         seed_offset=seed_offset,
         progress=progress,
+        workers=workers,
     )

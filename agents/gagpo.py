@@ -34,8 +34,9 @@ from agents.env_spec import EnvSpec, text_wrapping
 from agents.evaluation import run_panel
 from agents.models import TINY_KINDS, Models, ModelSource, Restore, build_models
 from agents.policy import PolicyCore
+from agents.precision import resolve_device
 from agents.prior import prior_defaults, read_prior
-from agents.rollout import RolloutCollector
+from agents.rollout import RolloutCollector, panel_action_seed
 from agents.tiny import collect_env_text
 from agents.update import PolicyUpdate
 from wrappers import GroupedVectorEnv, PromptBuilder, extract_action
@@ -85,7 +86,8 @@ class GAGPOAgent:
             hyperparameters.setdefault(key, value)
         kind = restore.source.kind if restore else "tiny" if model == "tiny" else "prior" if prior else "pretrained"
         tiny = kind in TINY_KINDS
-        self.config = GAGPOConfig.from_dict({"estimator": estimator, **hyperparameters}).resolved(tiny)
+        config = GAGPOConfig.from_dict({"estimator": estimator, **hyperparameters})
+        self.config = config.resolved(tiny, accelerator=resolve_device(config.device).type != "cpu")
         c = self.config
         if c.backend == "vllm" and c.action_mode == "choose":
             warnings.warn(
@@ -212,13 +214,18 @@ class GAGPOAgent:
         memory = [(h + [[o, a]])[-k:] if k else [] for h, o, a in zip(histories, obs_list, commands)]
         return (commands[0], memory[0]) if single else (commands, memory)
 
-    def _act(self, obs: list[str], infos: list[dict], histories: list[list], deterministic: bool) -> list[str]:
-        """The model's texts (generate mode: the whole response) for a batch of observations."""
+    def _act(
+        self, obs: list[str], infos: list[dict], histories: list[list], deterministic: bool,
+        seeds: list[int] | None = None,
+    ) -> list[str]:  # fmt: skip
+        """The model's texts (generate mode: the whole response) for a batch of observations, each sampled with
+        its seed (default: seeds drawn from the agent's RNG)."""
         prompts = [self.prompts.for_step(o, i, h) for o, i, h in zip(obs, infos, histories)]
         admissible = [list(i.get("admissible_actions", [])) for i in infos]
         self.policy.eval()
         with self.dist.full_params():
-            return self.policy.act(prompts, admissible, rng=self.rng, deterministic=deterministic).texts
+            rng = self.rng if seeds is None else None
+            return self.policy.act(prompts, admissible, seeds=seeds, rng=rng, deterministic=deterministic).texts
 
     # ----- rollouts and updates ------------------------------------------------------------------------
     def collect_rollouts(self, callback: BaseCallback) -> bool:
@@ -285,9 +292,11 @@ class GAGPOAgent:
             if not self.collect_rollouts(callback):
                 break
             self.logger.record("time/weight_sync_s", self.policy.release_engine())
+            t1 = time.perf_counter()
+            self.logger.record("time/rollout_s", t1 - t0)
             plan = self.update_plan()
             self.recompute_log_probs(plan)
-            self.logger.record("time/rollout_s", time.perf_counter() - t0)
+            self.logger.record("time/recompute_s", time.perf_counter() - t1)
             self.train(plan)
             self.iteration += 1
             self.mark_boundary()
@@ -301,20 +310,32 @@ class GAGPOAgent:
     # ----- evaluation -----------------------------------------------------------------------------------
     def evaluate(
         self, env: str | None = None, n_tasks: int = 50, *, deterministic: bool = True, batch_size: int = 16,
-        seed_offset: int = 0, env_kwargs: dict[str, Any] | None = None, episodes: bool = False,
+        seed_offset: int = 0, env_kwargs: dict[str, Any] | None = None, episodes: bool = False, workers: int = 0,
     ) -> dict[str, Any]:  # fmt: skip
         """Play a fixed panel of tasks (seeds ``seed_offset .. seed_offset + n_tasks - 1``), each once.
 
-        Returns success rate, score, mean return, mean length, invalid rate and per-task-type success;
-        ``episodes=True`` adds one row per episode.
+        Sampled actions (``deterministic=False``) draw from streams of their own, one per (agent seed, task,
+        step): evaluating never changes the draws of the training that follows, and a task plays the same in any
+        panel. Returns success rate, score, mean return, mean length, invalid rate and per-task-type success;
+        ``episodes=True`` adds one row per episode; ``workers >= 2`` steps the envs in that many processes
+        (:func:`~agents.evaluation.run_panel`; the same results).
         """
         spec = self.env_spec if env is None else EnvSpec(env, dict(env_kwargs or {}))
         if spec is None:
             raise ValueError("pass an env id to evaluate()")
+        steps: dict[int, int] = {}  # actions taken so far in each task of the panel
+
+        def act(obs: list[str], infos: list[dict], venv: GroupedVectorEnv, idx: Sequence[int]) -> list[str]:
+            tasks = [int(venv.task_seeds[venv.group_index[i]]) for i in idx]
+            seeds = [panel_action_seed(self.config.seed, t, steps.get(t, 0)) for t in tasks]
+            for t in tasks:
+                steps[t] = steps.get(t, 0) + 1
+            return self._act(obs, infos, [x.get("history", []) for x in infos], deterministic, seeds)
+
         return run_panel(
-            lambda o, i, venv, idx: self._act(o, i, [x.get("history", []) for x in i], deterministic),
+            act,
             spec.factory(text_wrapping(self.config)), n_tasks, batch_size=batch_size, seed_offset=seed_offset,
-            episodes=episodes,
+            episodes=episodes, workers=workers,
         )  # fmt: skip
 
     # ----- persistence ----------------------------------------------------------------------------------

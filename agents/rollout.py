@@ -21,13 +21,21 @@ from agents.buffer import GroupRolloutBuffer, Row
 from agents.config import GAGPOConfig
 from agents.distributed import Distributed
 from agents.evaluation import check_reward, info_at
-from agents.policy import LLMPolicy
+from agents.policy import LLMPolicy, Rollout
 from wrappers import GroupedVectorEnv, PromptBuilder
 
 
 def action_seed(seed: int, group: int, member: int, step: int) -> int:
     """The random stream of one action: a function of (seed, group id, member, step) alone."""
     return int(np.random.SeedSequence([seed, group, member, step]).generate_state(2, np.uint64)[0] >> 1)
+
+
+def panel_action_seed(seed: int, task_seed: int, step: int) -> int:
+    """The random stream of one action of an evaluation panel: a function of (seed, task seed, step) alone, apart
+    from every training stream (its own spawn key), so evaluating never moves training's draws, and a task plays
+    the same whatever panel, batch or worker count it is played in."""
+    sequence = np.random.SeedSequence([seed, task_seed, step], spawn_key=(1,))
+    return int(sequence.generate_state(2, np.uint64)[0] >> 1)
 
 
 def iteration_sampler(seed: int, iteration: int) -> np.random.Generator:
@@ -93,23 +101,7 @@ class RolloutCollector:
             lengths = np.zeros(env.num_envs, dtype=int)  # steps taken: the action seeds' and messages' step index
             while env.active.any():
                 idx = np.flatnonzero(env.active)
-                if c.action_mode == "choose":
-                    for i in idx:
-                        if not current[i].get("admissible_actions"):
-                            raise ValueError(
-                                f"{self.env_id}: task {current[i].get('task_id')!r} offers no admissible actions at "
-                                f"step {lengths[i]}; choose mode picks among them (use action_mode='generate')"
-                            )
-                t0 = time.perf_counter()
-                prompts = [self.prompts.for_step(obs[i], current[i]) for i in idx]
-                seeds = [
-                    action_seed(c.seed, self.group_id(iteration, int(env.group_index[i])), int(i) % env.group_size,
-                                int(lengths[i]))
-                    for i in idx
-                ]  # fmt: skip
-                out = self.policy.act(prompts, [current[i]["admissible_actions"] for i in idx], seeds=seeds)
-                stats.gen_s += time.perf_counter() - t0
-                stats.tokens += out.scored_tokens
+                out = self.act(iteration, idx, obs, current, lengths, stats)
                 actions: list[Any] = [None] * env.num_envs
                 for k, i in enumerate(idx):
                     actions[i] = out.texts[k]
@@ -125,25 +117,9 @@ class RolloutCollector:
                     info = next_infos[i]
                     done = bool(terminated[i] or truncated[i])
                     self.buffer.add(
-                        Row(
-                            group=self.group_id(iteration, int(env.group_index[i])),
-                            episode=int(env.episode_index[i]),
-                            prompt_ids=out.prompt_ids[k],
-                            rollout_logp=out.logp[k],
-                            reward=float(rewards[i]),
-                            state_key=current[i]["state_key"],
-                            next_state_key=info["state_key"],
-                            terminated=bool(terminated[i]),
-                            done=done,
-                            won=bool(info.get("won", False)),
-                            response_ids=out.response_ids[k] if out.response_ids else [],
-                            candidate_ids=out.candidate_ids[k] if out.candidate_ids else [],
-                            chosen=out.chosen[k] if out.chosen else -1,
-                            value=out.values[k] if out.values else 0.0,
-                            next_value=next_values.get(int(i), 0.0),
-                            backoff_keys=Row.keys_from(current[i], c.key_backoff),
-                        )
-                    )
+                        self.row(iteration, i, k, out, current[i], info, float(rewards[i]), bool(terminated[i]), done,
+                                 next_values.get(int(i), 0.0))
+                    )  # fmt: skip
                     lengths[i] += 1
                     if done:  # every episode of a rollout ends: its record counts all of its steps
                         episode = self.episode_record(info)
@@ -164,6 +140,53 @@ class RolloutCollector:
                     return None
         self.buffer.finalize(self.dist.sum if self.dist.enabled else None)
         return stats
+
+    def act(self, iteration: int, idx: np.ndarray, obs, current: list[dict], lengths: np.ndarray,
+            stats: RolloutStats) -> Rollout:  # fmt: skip
+        """The policy's actions for the sub-envs ``idx``, each sampled with its own seed (:func:`action_seed`)."""
+        env, c = self.env, self.config
+        if c.action_mode == "choose":
+            for i in idx:
+                if not current[i].get("admissible_actions"):
+                    raise ValueError(
+                        f"{self.env_id}: task {current[i].get('task_id')!r} offers no admissible actions at "
+                        f"step {lengths[i]}; choose mode picks among them (use action_mode='generate')"
+                    )
+        t0 = time.perf_counter()
+        prompts = [self.prompts.for_step(obs[i], current[i]) for i in idx]
+        seeds = [
+            action_seed(c.seed, self.group_id(iteration, int(env.group_index[i])), int(i) % env.group_size,
+                        int(lengths[i]))
+            for i in idx
+        ]  # fmt: skip
+        out = self.policy.act(prompts, [current[i]["admissible_actions"] for i in idx], seeds=seeds)
+        stats.gen_s += time.perf_counter() - t0
+        stats.tokens += out.scored_tokens
+        return out
+
+    def row(self, iteration: int, i: int, k: int, out: Rollout, before: dict, after: dict, reward: float,
+            terminated: bool, done: bool, next_value: float) -> Row:  # fmt: skip
+        """The buffer's row of sub-env ``i``'s step from the state of info ``before`` to ``after`` (``k``: its
+        place in the policy's output)."""
+        env = self.env
+        return Row(
+            group=self.group_id(iteration, int(env.group_index[i])),
+            episode=int(env.episode_index[i]),
+            prompt_ids=out.prompt_ids[k],
+            rollout_logp=out.logp[k],
+            reward=reward,
+            state_key=before["state_key"],
+            next_state_key=after["state_key"],
+            terminated=terminated,
+            done=done,
+            won=bool(after.get("won", False)),
+            response_ids=out.response_ids[k] if out.response_ids else [],
+            candidate_ids=out.candidate_ids[k] if out.candidate_ids else [],
+            chosen=out.chosen[k] if out.chosen else -1,
+            value=out.values[k] if out.values else 0.0,
+            next_value=next_value,
+            backoff_keys=Row.keys_from(before, self.config.key_backoff),
+        )
 
     def episode_record(self, info: dict[str, Any]) -> dict[str, Any]:
         """``info["episode"]`` of a finished episode: :class:`~wrappers.EpisodeStatistics`' record (the outermost

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from agents.batching import budget_batches
+from agents.batching import padded_batches
 from agents.buffer import Row
 from agents.config import GAGPOConfig
 from agents.distributed import Distributed
@@ -75,9 +75,20 @@ class PolicyUpdate:
 
     # ----- forwards ---------------------------------------------------------------------------------------
     def micro_batches(self, rows: list[Row]) -> list[list[Row]]:
-        """Split rows so that each forward holds at most ``token_budget`` tokens."""
-        sizes = [len(r.prompt_ids) + len(r.response_ids) + sum(len(c) for c in r.candidate_ids) for r in rows]
-        return [[rows[i] for i in batch] for batch in budget_batches(sizes, self.config.token_budget)]
+        """Rows by packed length, cut so that each forward's padded batch holds at most ``token_budget`` tokens.
+
+        Rows of similar length share a forward, so little of its attention and matmuls is spent on padding (the
+        update's cost: ~2x on MiniHouse full houses against rows in minibatch order). Identical rows, scored
+        once per forward, sort next to each other (by prompt, after length). The recompute uses these same
+        micro-batches, so the first minibatch's ratio is exactly 1.
+        """
+
+        def size(r: Row) -> int:
+            return len(r.prompt_ids) + len(r.response_ids) + sum(len(c) for c in r.candidate_ids)
+
+        rows = sorted(rows, key=lambda r: (size(r), r.prompt_ids))
+        sizes = [size(r) for r in rows]
+        return [[rows[i] for i in batch] for batch in padded_batches(sizes, self.config.token_budget)]
 
     def evaluate_rows(self, rows: list[Row], core: PolicyCore | None = None, *, entropy: bool = True) -> Evaluation:
         """The stored actions' log-probs (and entropy, values) under the policy, or under ``core``."""

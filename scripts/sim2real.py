@@ -70,6 +70,9 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--n-seen", type=int, default=SPLIT_GAMES["valid_seen"], help="valid_seen games (selection)")
     ev.add_argument("--n-unseen", type=int, default=SPLIT_GAMES["valid_unseen"], help="valid_unseen games")
     ev.add_argument("--jobs", type=int, default=2, help="eval.py processes at a time")
+    ev.add_argument(
+        "--workers", type=int, default=0, help="env worker processes per eval.py (its --workers; the same tables)"
+    )
     return parser
 
 
@@ -129,7 +132,7 @@ def eval_rows(args: argparse.Namespace, work: Path, out: Path, split: str, rows:
         kwargs = {"split": split, **({"expert": "handcoded"} if row == "handcoded expert" else {})}
         command = [
             sys.executable, str(ROOT / "scripts" / "eval.py"), "--env", ALFWORLD, "--env-kwargs", json.dumps(kwargs),
-            "--n-tasks", str(n_tasks), "--batch-size", "8", "--out", str(folder),
+            "--n-tasks", str(n_tasks), "--batch-size", "8", "--workers", str(args.workers), "--out", str(folder),
         ]  # fmt: skip
         if row in sources:
             command += ["--agent", str(sources[row]), "--name", row]

@@ -23,6 +23,7 @@ from stable_baselines3.common.callbacks import BaseCallback, CallbackList, Check
 import gagpo_gym
 from agents import GAGPOAgent, GAGPOConfig
 from agents import advantages as adv
+from agents.batching import padded_batches
 from agents.buffer import GroupRolloutBuffer, Row
 from agents.callbacks import IterationCheckpoint, PanelEvaluation
 from agents.evaluation import info_at, run_panel
@@ -851,7 +852,7 @@ def test_logged_keys() -> None:
         "advantage/iqr", "advantage/share_abs_gt_1", "advantage/singleton_share", "advantage/set_size_mean",
         "advantage/set_size_max", "train/policy_loss", "train/clip_fraction",
         "train/approx_kl", "train/grad_norm", "train/first_ratio_dev", "rollout/entropy",
-            "rollout/logp_gap_max", "time/rollout_s", "time/update_s", "time/generate_s",
+            "rollout/logp_gap_max", "time/rollout_s", "time/recompute_s", "time/update_s", "time/generate_s",
         "time/env_steps_per_s", "time/tokens_per_s", "time/iterations", "time/total_timesteps",
     }  # fmt: skip
     assert expected <= keys, expected - keys
@@ -932,3 +933,60 @@ def test_agent_learns_signs_well_above_random() -> None:
         if learned(results[-1]):
             break
     assert learned(results[-1]), f"neither seed learned: {results}"
+
+
+# ----- micro-batches ------------------------------------------------------------------------------------------
+def test_padded_batches_sort_by_size_and_keep_each_padded_batch_within_the_budget() -> None:
+    assert padded_batches([5, 1, 3, 3, 8], 9) == [[1, 2, 3], [0], [4]]  # 3 x 3 = 9 fits; 4 x 5 does not
+    assert padded_batches([20, 2], 9) == [[1], [0]]  # an oversized item goes alone
+    assert padded_batches([], 9) == []
+    assert padded_batches([4, 4, 4], 100) == [[0, 1, 2]]
+
+
+def test_micro_batches_group_similar_rows_and_leave_the_update_exact() -> None:
+    """The update's micro-batches: sorted by packed length, padded within the budget, identical rows side by side;
+    how a minibatch is cut changes the gradient only by float rounding (the loss is a sum over rows)."""
+    config = {**SMALL, "minibatch_size": 64, "n_epochs": 1}
+    agents = [GAGPOAgent("gagpo_gym/Maze-v0", seed=3, token_budget=budget, **config) for budget in (256, 10**6)]
+    for agent in agents:
+        callback = CallbackList([])
+        callback.init_callback(agent)
+        agent.collect_rollouts(callback)
+    rows = agents[0].buffer.rows
+    micros = agents[0].update.micro_batches(rows)
+    size = [[len(r.prompt_ids) + sum(len(c) for c in r.candidate_ids) for r in m] for m in micros]
+    assert len(micros) > 2 and sorted(map(id, (r for m in micros for r in m))) == sorted(map(id, rows))
+    assert all(len(s) == 1 or len(s) * max(s) <= 256 for s in size)
+    flat = [n for s in size for n in s]
+    assert flat == sorted(flat)
+    keys = [(tuple(r.prompt_ids), tuple(map(tuple, r.candidate_ids))) for m in micros for r in m]
+    assert all(keys.index(k) == i or keys[i - 1] == k for i, k in enumerate(keys))  # duplicates are adjacent
+    assert len(agents[1].update.micro_batches(agents[1].buffer.rows)) == 1
+    for agent in agents:
+        plan = agent.update_plan()
+        agent.recompute_log_probs(plan)
+        agent.policy.train()
+        assert agent.update.minibatch_step(plan[0][0]).ratio_dev == 0.0  # the recompute's own micro-batches
+    # Adam's first moment after one step is 0.1 x the (clipped) gradient: the gradients of the two cuts agree.
+    grads = [torch.cat([a.optimizer.state[p]["exp_avg"].flatten() for p in a.update.params]) for a in agents]
+    assert grads[0].abs().max() > 1e-6
+    assert (grads[0] - grads[1]).abs().max() <= 1e-5 * grads[0].abs().max()
+
+
+def test_sampled_evaluation_leaves_training_alone_and_plays_each_task_the_same_in_any_panel() -> None:
+    agent = GAGPOAgent("gagpo_gym/Maze-v0", seed=5, **SMALL)
+    state = agent.rng.bit_generator.state
+    whole = agent.evaluate(n_tasks=6, deterministic=False, batch_size=6, episodes=True)
+    assert agent.rng.bit_generator.state == state  # the training stream did not move
+    trained = GAGPOAgent("gagpo_gym/Maze-v0", seed=5, **SMALL).learn(100)
+    trained_with_panels = GAGPOAgent("gagpo_gym/Maze-v0", seed=5, **SMALL)
+    trained_with_panels.learn(100, callback=PanelEvaluation(20, n_tasks=3, deterministic=False))
+    assert all(torch.equal(a, b) for a, b in zip(trained.policy.core.parameters(),
+                                                 trained_with_panels.policy.core.parameters()))  # fmt: skip
+    split = agent.evaluate(n_tasks=6, deterministic=False, batch_size=4, episodes=True)
+    tail = agent.evaluate(n_tasks=2, deterministic=False, seed_offset=4, episodes=True)
+    assert split["episodes"] == whole["episodes"] and tail["episodes"] == whole["episodes"][4:]
+    lengths = {e["length"] for e in whole["episodes"]}
+    assert len(lengths) > 1  # the panel is not trivially the same everywhere
+    other = GAGPOAgent("gagpo_gym/Maze-v0", seed=6, **SMALL).evaluate(n_tasks=6, deterministic=False, episodes=True)
+    assert other["episodes"] != whole["episodes"]  # another agent seed, other draws

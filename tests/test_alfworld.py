@@ -282,3 +282,24 @@ def test_default_data_root_is_the_checkouts_shared_folder(monkeypatch):
     monkeypatch.delenv("ALFWORLD_DATA", raising=False)
     assert find_data_root() == DATA.resolve()
     assert gagpo_gym.make("ALFWorld-v0").unwrapped.data_root == DATA.resolve()
+
+
+@needs_data
+def test_a_panel_in_worker_processes_gives_the_serial_rows():
+    """Issue 24, point 3: a real-engine panel stepped in 2 worker processes has the serial panel's rows. 4 games
+    of at most 5 steps in batches of 3 (a short last batch), played by the handcoded expert, which draws from its
+    env's seeded RNG in whichever process holds the env (tests/test_eval_results.py has a policy drawing here)."""
+    from agents.env_spec import REFERENCE_WRAPPING, EnvSpec
+    from agents.evaluation import run_panel
+
+    kwargs = {"split": "valid_unseen", "data_root": str(DATA), "max_episode_steps": 5, "expert": "handcoded"}
+    factory = EnvSpec(ENV_ID, kwargs).factory(REFERENCE_WRAPPING)
+
+    def expert(obs, infos, venv, idx):
+        return list(venv.call("expert_action", indices=idx))
+
+    serial, parallel = (run_panel(expert, factory, 4, batch_size=3, workers=workers) for workers in (0, 2))
+    assert parallel == serial
+    rows = serial["episodes"]
+    assert [r["seed"] for r in rows] == list(range(4)) and len({r["task_id"] for r in rows}) == 4
+    assert all(1 <= r["length"] <= 5 for r in rows)

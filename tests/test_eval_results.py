@@ -140,6 +140,40 @@ def test_episode_rows_carry_task_id_and_progress_counts_every_episode():
     assert all(e["task_id"] for e in summary["episodes"])
 
 
+def test_panels_in_worker_processes_give_the_serial_rows(monkeypatch):
+    """Issue 24, point 3: ``workers=2`` steps the envs in 2 processes, started once per panel, with the same rows:
+    reference policies (the expert asked in the workers, the random one drawing here), and an agent's evaluate(),
+    sampling, so its RNG draws must follow the same batches; 7 tasks in batches of 3 end with a short batch."""
+    from wrappers import GroupedVectorEnv
+
+    made: list[dict] = []  # the vector envs each panel makes: one, whatever its batches
+    init = GroupedVectorEnv.__init__
+
+    def counted_init(self, *args, **kwargs) -> None:
+        made.append(kwargs)
+        init(self, *args, **kwargs)
+
+    monkeypatch.setattr(GroupedVectorEnv, "__init__", counted_init)
+    for kind in ("expert", "random"):
+        serial = reference_policy_panel(kind, "gagpo_gym/Maze-v0", MAZE_KWARGS, 19, seed=3)
+        assert reference_policy_panel(kind, "gagpo_gym/Maze-v0", MAZE_KWARGS, 19, seed=3, workers=2) == serial
+        assert [e["seed"] for e in serial["episodes"]] == list(range(19))
+    serial_made, parallel_made = made[0::2], made[1::2]  # one vector env per panel, not per batch (16 + 3 tasks)
+    assert len(made) == 4 and all(m.get("mode", "sync") == "sync" for m in serial_made)
+    assert all(m["mode"] == "async" and m["n_workers"] == 2 for m in parallel_made)
+
+    agent = GAGPOAgent("gagpo_gym/Maze-v0", env_kwargs=MAZE_KWARGS, num_groups=1, group_size=1, verbose=0,
+                       torch_threads=1, tiny_hidden_size=32, seed=5)  # fmt: skip
+    state = agent.rng.bit_generator.state
+    panel = {"n_tasks": 7, "batch_size": 3, "deterministic": False, "episodes": True}
+    serial = agent.evaluate(**panel)
+    agent.rng.bit_generator.state = state
+    assert agent.evaluate(**panel, workers=2) == serial
+    assert [e["seed"] for e in serial["episodes"]] == list(range(7))
+    with pytest.raises(ValueError, match="workers must be >= 0"):
+        agent.evaluate(n_tasks=2, workers=-1)
+
+
 class NanReward(TextEnv):
     """The second step returns a NaN reward."""
 

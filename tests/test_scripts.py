@@ -156,10 +156,10 @@ def test_eval_defaults_to_expert_and_random_and_writes_csv_json(tmp_path):
     expert = next(r for r in payload["results"] if r["agent"] == "expert")
     assert [e["seed"] for e in expert["episodes"]] == list(range(6))
     assert float(rows["random"]["Length"]) > float(rows["expert"]["Length"])
-    _, again, _ = call("eval", "--env", "gagpo_gym/Maze-v0", "--n-tasks", "6", "--random")
+    _, again, _ = call("eval", "--env", "gagpo_gym/Maze-v0", "--n-tasks", "6", "--random", "--workers", "2")
     assert next(line for line in again.splitlines() if line.startswith("| random")) == next(
         line for line in result.stdout.splitlines() if line.startswith("| random")
-    ), "the random reference row must be reproducible"
+    ), "the random reference row must be reproducible, also with the envs in 2 worker processes"
 
 
 def test_eval_household_table_has_the_paper_columns():
@@ -223,6 +223,7 @@ def test_eval_env_flags_override_the_saved_env_with_a_warning(trained):
         (["--env", "gagpo_gym/Maze-v0", "--agent", "/nonexistent/ckpt"], "no saved agent at /nonexistent/ckpt"),
         (["--env", "NoSuchEnv-v0"], "unknown env 'NoSuchEnv-v0'"),
         (["--expert"], "give --env"),
+        (["--env", "gagpo_gym/Maze-v0", "--workers", "-1"], "--workers must be >= 0, got -1"),
     ],
 )
 def test_eval_fails_clearly(args, message):
@@ -436,3 +437,47 @@ def test_ctrl_c_in_async_mode_ends_with_one_line_and_exit_130(tmp_path):
     assert line.startswith("interrupted: at ") and f"last checkpoint: {tmp_path / 'checkpoints'}" in line
     checkpoint = line.split("--resume ")[1].rstrip(")")
     assert (Path(checkpoint) / "agent.json").is_file()
+
+
+# ----- issue 24: bench_throughput.py -----------------------------------------------------------------------
+def test_bench_throughput_counts_flops_from_the_shapes_by_hand():
+    from types import SimpleNamespace
+
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    bench = script("bench_throughput")
+    # 2 x 1000 x 5 matmul, 2 x 2 x 5^2 x 8 x 2 attention (a dense square), 2 x 40 x 3 head
+    flops = bench.forward_flops(5, 3, matmul_params=1000, layers=2, attn_dim=8, head_params=40)
+    assert flops == {"matmul": 10_000, "attention": 1_600, "head": 240, "total": 11_840}
+    config = Qwen2Config(vocab_size=100, hidden_size=16, intermediate_size=24, num_hidden_layers=3,
+                         num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True)  # fmt: skip
+    dims = bench.model_dims(Qwen2ForCausalLM(config))
+    # per layer: q and o 16 x 16, k and v 16 x 8 (2 key/value heads of 4), gate, up and down 16 x 24; no embeddings
+    per_layer = 2 * 16 * 16 + 2 * 16 * 8 + 3 * 16 * 24
+    assert dims == {"matmul_params": 3 * per_layer, "layers": 3, "attn_dim": 16, "head_params": 1600, "hidden": 16,
+                    "vocab": 100}  # fmt: skip
+    choose = SimpleNamespace(prompt_ids=[1, 2, 3, 4], candidate_ids=[[5, 6], [7]], response_ids=[])
+    generate = SimpleNamespace(prompt_ids=[1, 2, 3, 4], candidate_ids=[], response_ids=[5, 6, 7])
+    assert bench.row_shape(choose) == (4, 3, 7, 2) and bench.row_shape(generate) == (4, 3, 7, 0)
+
+
+def test_bench_throughput_micro_run_reports_steps_flops_and_the_peak(tmp_path):
+    config = json.dumps({"num_groups": 1, "group_size": 2, "tiny_hidden_size": 32})
+    code, stdout, stderr = call(
+        "bench_throughput", "--settings", "maze", "--steps", "1", "--config", config, "--env-kwargs", TINY_MAZE,
+        "--peak-sizes", "128", "256", "--out", str(tmp_path / "t.md"), "--json", str(tmp_path / "t.json"),
+    )  # fmt: skip
+    assert code == 0, stderr + stdout
+    data = json.loads((tmp_path / "t.json").read_text())
+    assert data["peak"]["peak_gflops"] > 0
+    (entry,) = data["entries"]
+    result, derived = entry["result"], entry["derived"]
+    assert result["checkout"] == str(ROOT) and result["config"]["group_size"] == 2
+    assert result["steps_per_s"] > 0 and result["num_timesteps"] == result["rows"] > 0
+    assert result["width_mean"] > result["prompt_mean"] > 0  # choose mode: the candidates follow the prompt
+    assert result["flops"]["update"] == result["config"]["n_epochs"] * 3 * result["flops"]["forward"]["total"] > 0
+    assert derived["update_gflops"] > 0 and derived["update_peak_pct"] > 0
+    assert all(derived["per_1k_s"][k] > 0 for k in ("rollout_s", "recompute_s", "update_s"))
+    (row,) = parse_table(stdout)
+    assert row["setting"] == "maze" and float(row["steps/s"]) > 0 and row["% peak"] != "n/a"
+    assert (tmp_path / "t.md").read_text() == stdout
