@@ -141,8 +141,8 @@ def _main(args: argparse.Namespace, names: list[str], state: dict[str, Any]) -> 
     env_kwargs = parse_json_kwargs(args.env_kwargs)
 
     from agents.callbacks import IterationCheckpoint
-    from agents.env_spec import make_env
     from agents.checkpoint import AGENT_FILE
+    from agents.env_spec import make_env
     from agents.gagpo import GAGPOAgent
 
     verbose = 0 if args.quiet else 1
