@@ -85,7 +85,7 @@ def noisy_expert_transcripts(
                 obs, _, terminated, truncated, info = env.step(action)
                 done = terminated or truncated
             out.episodes += 1
-            out.won += bool(info.get("won", False))
+            out.won += bool(info["episode"]["won"])  # wrappers.EpisodeStatistics' record of the episode
             if progress is not None:
                 progress(1)
     finally:

@@ -276,9 +276,13 @@ def test_evaluate_returns_a_summary_and_episodes_on_request() -> None:
             agent.policy.act = act
         return commands
 
-    # Greedy by default: the same commands whatever the agent's random state; sampling draws others each time.
+    # Greedy by default: the same commands whatever the agent's random state. Sampling draws from one stream per
+    # (task, step), not from the agent's RNG: the same commands on every call, others than greedy's.
     assert played() == played() == played(deterministic=True)
-    assert played(deterministic=False) != played(deterministic=False)
+    state = agent.rng.bit_generator.state
+    sampled = played(deterministic=False)
+    assert sampled == played(deterministic=False) != played()
+    assert agent.rng.bit_generator.state == state
 
 
 def test_save_and_load_print_no_progress_bars(saved: Path, tmp_path: Path, capsys) -> None:
