@@ -71,7 +71,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import importlib.util
 import json
 import os
 import platform
@@ -83,8 +82,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from checkouts import log_to, package_root
+
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("agents", "wrappers", "gagpo_gym")
 SMOLLM2 = ROOT / ".cache" / "smollm2-135m-instruct"
 RESULT_MARK = "BENCH_THROUGHPUT_RESULT "
 README_START, README_END = "<!-- throughput:start -->", "<!-- throughput:end -->"
@@ -212,15 +212,7 @@ def matmul_peak(sizes: list[int], repeats: int = 5, threads: int = 1) -> dict[st
 def locate_checkout(expected: Path | None) -> Path:
     """The one folder ``agents``, ``wrappers`` and ``gagpo_gym`` are imported from; exits if they come from
     several, or from another folder than ``expected``."""
-    roots = {}
-    for name in PACKAGES:
-        spec = importlib.util.find_spec(name)
-        if spec is None or spec.origin is None:
-            sys.exit(f"bench_throughput: cannot import {name!r}; PYTHONPATH must name a checkout of the repository")
-        roots[name] = Path(spec.origin).resolve().parents[1]
-    if len(set(roots.values())) != 1:
-        sys.exit(f"bench_throughput: the packages come from different folders: {roots}")
-    root = roots["agents"]
+    root = package_root("bench_throughput")
     if expected is not None and root != expected.resolve():
         sys.exit(f"bench_throughput: asked to measure {expected}, but the packages come from {root}")
     return root
@@ -229,7 +221,7 @@ def locate_checkout(expected: Path | None) -> Path:
 def run_child(name: str, steps: int, config: dict[str, Any], env_kwargs: dict[str, Any], model: str) -> dict:
     """Train one setting in this process (its checkout on PYTHONPATH) and return what was measured."""
     from stable_baselines3.common.callbacks import BaseCallback
-    from stable_baselines3.common.logger import KVWriter, Logger
+    from stable_baselines3.common.logger import KVWriter
 
     import gagpo_gym  # noqa: F401  (registers the built-in envs)
     from agents import GAGPOAgent
@@ -270,11 +262,7 @@ def run_child(name: str, steps: int, config: dict[str, Any], env_kwargs: dict[st
     agent = GAGPOAgent(setting.env, model, env_kwargs=env_kwargs, verbose=0, **{**COMMON, **config})
     build_s = time.perf_counter() - t0
     times = Times()
-    logger = Logger(folder=None, output_formats=[times])
-    if hasattr(agent, "set_logger"):
-        agent.set_logger(logger)
-    else:
-        agent.logger = logger
+    log_to(agent, times)
     shapes = Shapes(agent)
     t0, cpu0 = time.perf_counter(), time.process_time()
     agent.learn(steps, callback=shapes)

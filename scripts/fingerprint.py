@@ -47,7 +47,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-PACKAGES = ("agents", "wrappers", "gagpo_gym")
+from checkouts import log_to, package_root
+
 UNSUPPORTED = "n/a"
 
 
@@ -59,15 +60,7 @@ def locate_checkout() -> Path:
     """
     if importlib.util.find_spec("agents") is None:
         sys.path.append(str(Path(__file__).resolve().parents[1]))
-    roots = {}
-    for name in PACKAGES:
-        spec = importlib.util.find_spec(name)
-        if spec is None or spec.origin is None:
-            sys.exit(f"fingerprint: cannot import {name!r}; set PYTHONPATH to a checkout of the repository")
-        roots[name] = Path(spec.origin).resolve().parents[1]
-    if len(set(roots.values())) != 1:
-        sys.exit(f"fingerprint: the packages come from different folders: {roots}; set PYTHONPATH to one checkout")
-    return roots["agents"]
+    return package_root("fingerprint")
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -273,7 +266,7 @@ RUNS: dict[str, dict[str, Any]] = {
 
 
 def run_entries(name: str, settings: dict[str, Any]) -> list[tuple[str, str]]:
-    from stable_baselines3.common.logger import KVWriter, Logger
+    from stable_baselines3.common.logger import KVWriter
 
     import gagpo_gym  # noqa: F401  (registers the built-in envs)
     from agents import GAGPOAgent
@@ -295,11 +288,7 @@ def run_entries(name: str, settings: dict[str, Any]) -> list[tuple[str, str]]:
     env = settings.pop("env")
     agent = GAGPOAgent(env, **COMMON, **settings)
     capture = Capture()
-    logger = Logger(folder=None, output_formats=[capture])
-    if hasattr(agent, "set_logger"):
-        agent.set_logger(logger)
-    else:
-        agent.logger = logger
+    log_to(agent, capture)
     agent.learn(TIMESTEPS)
     tensors = {f"model.{k}": v for k, v in agent.policy.model.state_dict().items()}
     value_head = getattr(agent.policy, "value_head", None)
