@@ -65,3 +65,34 @@ def padded_batches(sizes: Sequence[int], budget: int) -> list[list[int]]:
 def as_long(device: torch.device, *lists: Sequence[int]) -> list[torch.Tensor]:
     """Each list as a long tensor on ``device``."""
     return [torch.as_tensor(list(x), dtype=torch.long, device=device) for x in lists]
+
+
+def candidate_tree(candidates: Sequence[Sequence[int]]) -> tuple[list[int], list[int], list[list[int]]]:
+    """The candidates' token lists as a prefix tree: its nodes' tokens, each node's parent (-1: the prompt), and
+    each candidate's path of nodes. Parents precede their children.
+
+    A candidate token's log-prob depends only on the prompt and the tokens before it, so candidates that start
+    alike ("go to cabinet 1", "go to cabinet 10") share those nodes: MiniHouse's full-size houses pack 78 nodes
+    where their candidates hold 139 tokens.
+    """
+    tokens: list[int] = []
+    parents: list[int] = []
+    children: dict[tuple[int, int], int] = {}
+    paths: list[list[int]] = []
+    for cand in candidates:
+        node, path = -1, []
+        for tok in cand:
+            key = (node, tok)
+            if key not in children:
+                children[key] = len(tokens)
+                tokens.append(tok)
+                parents.append(node)
+            node = children[key]
+            path.append(node)
+        paths.append(path)
+    return tokens, parents, paths
+
+
+def packed_width(prompt: Sequence[int], candidates: Sequence[Sequence[int]]) -> int:
+    """Tokens of the choose mode's packed row: the prompt and its candidates' prefix tree."""
+    return len(prompt) + len(candidate_tree(candidates)[0])

@@ -10,8 +10,8 @@ Two action modes, two small classes behind one interface (:class:`ActionMode`: `
 * :class:`ChooseMode`: the policy is the model's sequence probability renormalised over the admissible actions,
   ``pi(a | s) = softmax_a(score(a) / T)`` with ``score = log p(a + <eos> | prompt)`` (``choose_score="sum"``) or
   that log-prob divided by the candidate's token count (``"mean"``). All candidates of a prompt are packed
-  behind the prompt in one sequence, with an attention mask that lets each candidate see the prompt and its own
-  tokens only: the prompt runs once, nothing is copied per candidate, and rollouts and updates (with or
+  behind the prompt in one sequence, as a prefix tree whose nodes see the prompt and their own ancestors
+  only: the prompt runs once, a shared first word runs once, and rollouts and updates (with or
   without gradient checkpointing) use the same forward.
 
 Every forward runs under the policy's :class:`~agents.models.Precision` (autocast to the compute dtype over fp32
@@ -30,7 +30,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from agents.batching import as_long, budget_batches, pad, unique_slots
+from agents.batching import as_long, budget_batches, candidate_tree, packed_width, pad, unique_slots
 from agents.generation import GenerationBackend, HFGenerationBackend
 from agents.precision import Precision
 
@@ -206,51 +206,58 @@ class ChooseMode:
     ) -> tuple[list[torch.Tensor], list[torch.Tensor], torch.Tensor | None]:
         """Sequence log-probs of every candidate of every prompt, in one packed forward.
 
-        Row b holds prompt b followed by all its candidates; a candidate attends to the prompt and to its own
-        earlier tokens, and its positions continue the prompt's. Returns per prompt the candidates' sequence
-        log-probs [K] and token counts [K], and the value head's estimates [B] (None without one).
+        Row b holds prompt b followed by its candidates as a prefix tree (:func:`candidate_tree`: shared first
+        tokens once); a node attends to the prompt, its ancestors and itself, and its position continues the
+        prompt's, so each candidate is scored exactly as if it followed the prompt alone. Returns per prompt the
+        candidates' sequence log-probs [K] and token counts [K], and the value head's estimates [B] (None without
+        one).
         """
         p = self.policy
         core = core or p.core
         device = p.device
         if len(prompts) != len(candidates):
             raise ValueError(f"{len(prompts)} prompts but {len(candidates)} candidate lists")
-        rows, segments, positions = [], [], []
-        for prompt, cands in zip(prompts, candidates):
-            rows.append(list(prompt) + [t for c in cands for t in c])
-            segments.append([0] * len(prompt) + [k + 1 for k, c in enumerate(cands) for _ in c])
-            positions.append(list(range(len(prompt))) + [len(prompt) + j for c in cands for j in range(len(c))])
+        trees = [candidate_tree(cands) for cands in candidates]
+        rows = [list(prompt) + tokens for prompt, (tokens, _, _) in zip(prompts, trees)]
+        width = max(map(len, rows))
+        allowed = np.zeros((len(rows), width, width), dtype=bool)
+        allowed[:, np.arange(width), np.arange(width)] = True  # padding attends to itself
+        positions = np.zeros((len(rows), width), dtype=np.int64)
+        # A node is predicted at its parent's position (the prompt's last for a first token); a candidate's
+        # sequence log-prob is the sum over its path.
+        pred_rows, pred_cols, targets, path_nodes, owner, counts, sizes = [], [], [], [], [], [], []
+        for b, (prompt, (tokens, parents, paths)) in enumerate(zip(prompts, trees)):
+            n_prompt, n_nodes = len(prompt), len(tokens)
+            sees = np.zeros((n_nodes, n_nodes), dtype=bool)  # a node sees its ancestors and itself
+            depth = np.zeros(n_nodes, dtype=np.int64)
+            for n, parent in enumerate(parents):
+                if parent >= 0:
+                    sees[n], depth[n] = sees[parent], depth[parent] + 1
+                sees[n, n] = True
+            nodes = slice(n_prompt, n_prompt + n_nodes)
+            allowed[b, :n_prompt, :n_prompt] = np.tri(n_prompt, dtype=bool)
+            allowed[b, nodes, :n_prompt] = True
+            allowed[b, nodes, nodes] = sees
+            positions[b, :n_prompt] = np.arange(n_prompt)
+            positions[b, nodes] = n_prompt + depth
+            for path in paths:
+                path_nodes += [len(targets) + n for n in path]
+                owner += [len(counts)] * len(path)
+                counts.append(len(path))
+            pred_rows += [b] * n_nodes
+            pred_cols += [n_prompt - 1 if parent < 0 else n_prompt + parent for parent in parents]
+            targets += tokens
+            sizes.append(len(paths))
         ids, _ = pad(rows, p.tokenizer.pad_token_id, left=False)
-        seg, _ = pad(segments, -1, left=False)
-        pos, _ = pad(positions, 0, left=False)
-        ids, seg, pos = ids.to(device), seg.to(device), pos.to(device)
-        width = ids.shape[1]
-        causal = torch.ones(width, width, dtype=torch.bool, device=device).tril()
-        q, k = seg[:, :, None], seg[:, None, :]
-        allowed = causal & (k >= 0) & ((k == 0) | (k == q))
-        allowed |= torch.eye(width, dtype=torch.bool, device=device)  # padding rows attend to themselves
-        # Token j of a candidate is predicted by the prompt's last position (j = 0) or by its token j - 1.
-        pred_rows, pred_cols, owner, sizes = [], [], [], []
-        cand_index = 0
-        for b, (prompt, cands) in enumerate(zip(prompts, candidates)):
-            col = len(prompt)
-            for c in cands:
-                pred_rows += [b] * len(c)
-                pred_cols += [len(prompt) - 1] + list(range(col, col + len(c) - 1))
-                owner += [cand_index] * len(c)
-                col += len(c)
-                cand_index += 1
-            sizes.append(len(cands))
-        targets = [t for cands in candidates for c in cands for t in c]
+        mask = p.attention_mask(torch.from_numpy(allowed).to(device)[:, None])
         ends = [len(x) - 1 for x in prompts]
         token_logp, _, _, values = core(
-            ids, p.attention_mask(allowed[:, None]), pos, *as_long(device, pred_rows, pred_cols, targets, ends),
-            temperature=1.0, entropy=False,
+            ids.to(device), mask, torch.from_numpy(positions).to(device),
+            *as_long(device, pred_rows, pred_cols, targets, ends), temperature=1.0, entropy=False,
         )  # fmt: skip
-        owner_t = torch.as_tensor(owner, device=device)
-        seq_logp = torch.zeros(cand_index, device=device).index_add(0, owner_t, token_logp)
-        counts = torch.as_tensor([len(c) for cands in candidates for c in cands], device=device)
-        return list(seq_logp.split(sizes)), list(counts.split(sizes)), values
+        path_t, owner_t, counts_t = as_long(device, path_nodes, owner, counts)
+        seq_logp = torch.zeros(len(counts), device=device).index_add(0, owner_t, token_logp[path_t])
+        return list(seq_logp.split(sizes)), list(counts_t.split(sizes)), values
 
     def choice_log_probs(self, seq_logp: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
         """log pi over one prompt's candidates from their sequence log-probs."""
@@ -265,7 +272,7 @@ class ChooseMode:
         order, slot = unique_slots(prompts, candidates)
         log_pis: list[np.ndarray] = []
         values: list[float] = []
-        sizes = [len(prompts[i]) + sum(len(c) for c in candidates[i]) for i in order]
+        sizes = [packed_width(prompts[i], candidates[i]) for i in order]
         with p.precision.autocast():
             for batch in budget_batches(sizes, p.token_budget):
                 rows = [order[i] for i in batch]

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from agents.batching import padded_batches
+from agents.batching import packed_width, padded_batches
 from agents.buffer import Row
 from agents.config import GAGPOConfig
 from agents.distributed import Distributed
@@ -84,7 +84,7 @@ class PolicyUpdate:
         """
 
         def size(r: Row) -> int:
-            return len(r.prompt_ids) + len(r.response_ids) + sum(len(c) for c in r.candidate_ids)
+            return packed_width(r.prompt_ids, r.candidate_ids) + len(r.response_ids)
 
         rows = sorted(rows, key=lambda r: (size(r), r.prompt_ids))
         sizes = [size(r) for r in rows]

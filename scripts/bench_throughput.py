@@ -52,7 +52,8 @@ and ``A`` its action tokens (the tokens the vocabulary head predicts):
 
 The count is a property of the rows and the model, not of the implementation: on the same rows two commits get
 the same count, so their achieved FLOP/s differ exactly as their update times do (a kernel that skips the masked
-half computes less than is counted; its rate is then an effective one).
+half computes less than is counted, and so does a checkout that packs the candidates as a prefix tree, each
+shared first token once, as ``agents.batching.candidate_tree`` does since #24: its rate is then an effective one).
 
 Settings: ``minihouse-small`` (MiniHouse ``{"size": "small", "max_episode_steps": 30}``), ``minihouse-full``
 (``{"size": "full"}``, ALFWorld's room statistics), ``maze`` (``gagpo_gym/Maze-v0``'s defaults),

@@ -23,7 +23,7 @@ from stable_baselines3.common.callbacks import BaseCallback, CallbackList, Check
 import gagpo_gym
 from agents import GAGPOAgent, GAGPOConfig
 from agents import advantages as adv
-from agents.batching import padded_batches
+from agents.batching import candidate_tree, packed_width, padded_batches
 from agents.buffer import GroupRolloutBuffer, Row
 from agents.callbacks import IterationCheckpoint, PanelEvaluation
 from agents.evaluation import info_at, run_panel
@@ -442,7 +442,10 @@ def test_choose_mode_packed_candidates_equal_duplicated_prompts(agent: GAGPOAgen
     actions = [["go north", "go east"], ["go west", "go north", "go south"], ["go east"], ["go south", "go"]]
     actions = actions[: len(prompts) - 1] + [["go west", "go east"]]
     actions[1].append("go to the far far away exit")  # a candidate of another length
+    actions[2] += ["go to cabinet 1", "go to cabinet 10", "go to cabinet 2", "go to the far far away exit"]
     candidates = [[policy.action_tokens(a) for a in acts] for acts in actions]
+    tokens = [packed_width([], cands) for cands in candidates]
+    assert tokens[2] < sum(map(len, candidates[2])) - 8  # "go to cabinet" and "go to the" are packed once
     assert len({len(c) for cands in candidates for c in cands}) >= 3
     with torch.no_grad():
         seq_logp, counts, _ = policy.actions.score_candidates(prompts, candidates)
@@ -456,6 +459,16 @@ def test_choose_mode_packed_candidates_equal_duplicated_prompts(agent: GAGPOAgen
         scores = np.array(duplicated_scores(policy, p, cands)) / np.array([len(x) for x in cands])  # mean
         log_pi = scores - np.logaddexp.reduce(scores)
         assert float(ev.logp[k, 0]) == pytest.approx(log_pi[c], abs=1e-4)
+
+
+def test_candidate_tree_shares_prefixes_and_keeps_every_path() -> None:
+    tokens, parents, paths = candidate_tree([[5, 6, 9], [5, 7, 9], [5, 6, 8, 9], [4, 9], [5, 6, 9]])
+    assert tokens == [5, 6, 9, 7, 9, 8, 9, 4, 9]
+    assert parents == [-1, 0, 1, 0, 3, 1, 5, -1, 7]
+    assert paths == [[0, 1, 2], [0, 3, 4], [0, 1, 5, 6], [7, 8], [0, 1, 2]]  # a repeated candidate: the same path
+    assert all(parents[n] < n for n in range(len(parents)))  # parents first: positions and masks in one pass
+    assert packed_width([1, 2, 3], [[5, 6, 9], [5, 7, 9]]) == 3 + 5
+    assert candidate_tree([]) == ([], [], [])
 
 
 @pytest.mark.parametrize("score, temperature", [("sum", 1.0), ("mean", 1.0), ("sum", 0.5), ("mean", 2.0)])
@@ -954,7 +967,7 @@ def test_micro_batches_group_similar_rows_and_leave_the_update_exact() -> None:
         agent.collect_rollouts(callback)
     rows = agents[0].buffer.rows
     micros = agents[0].update.micro_batches(rows)
-    size = [[len(r.prompt_ids) + sum(len(c) for c in r.candidate_ids) for r in m] for m in micros]
+    size = [[packed_width(r.prompt_ids, r.candidate_ids) for r in m] for m in micros]
     assert len(micros) > 2 and sorted(map(id, (r for m in micros for r in m))) == sorted(map(id, rows))
     assert all(len(s) == 1 or len(s) * max(s) <= 256 for s in size)
     flat = [n for s in size for n in s]
