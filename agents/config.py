@@ -75,6 +75,10 @@ class GAGPOConfig:
     )
     max_new_tokens: int = field(default=64, metadata={"help": "generate mode: tokens per response"})
     show_admissible: bool = field(default=True, metadata={"help": "list the admissible actions in the prompt"})
+    memory: bool = field(
+        default=False,
+        metadata={"help": "show the episode's memory in the prompt: places seen and what they held (ALFWorld text)"},
+    )
     invalid_action_penalty: float = field(
         default=0.01, metadata={"help": "reward subtracted for an invalid or unparsable action"}
     )

@@ -35,6 +35,7 @@ def text_wrapping(config: GAGPOConfig) -> dict[str, Any]:
         "history_length": config.history_length,
         "tagged": config.action_mode == "generate",
         "backoff": config.key_backoff,
+        "memory": config.memory,
     }
 
 

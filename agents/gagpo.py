@@ -39,7 +39,7 @@ from agents.prior import prior_defaults, read_prior
 from agents.rollout import RolloutCollector, panel_action_seed
 from agents.tiny import collect_env_text
 from agents.update import PolicyUpdate
-from wrappers import GroupedVectorEnv, PromptBuilder, extract_action
+from wrappers import GroupedVectorEnv, PlaceMemory, PromptBuilder, extract_action
 
 
 class GAGPOAgent:
@@ -196,7 +196,8 @@ class GAGPOAgent:
 
         As SB3's recurrent policies: ``action, state = agent.predict(obs, info, state=state,
         episode_start=start)`` in a plain Gymnasium loop plays with the history the agent trained with (its last
-        ``history_length`` observation/command pairs); ``episode_start`` True forgets it. A list of observations
+        ``history_length`` observation/command pairs, and with ``memory`` on the episode's memory, folded from
+        all of them); ``episode_start`` True forgets it. A list of observations
         (and infos) plays a batch: ``state`` and ``episode_start`` then hold one entry per env. Without ``state``
         the history comes from ``info["history"]`` where the agent's own wrappers set it. The action is the
         command for the env: in generate mode the text inside ``<action>...</action>``, ``""`` when the model
@@ -207,20 +208,29 @@ class GAGPOAgent:
         info_list = [info] if single else list(info)
         if len(obs_list) != len(info_list):
             raise ValueError("predict needs one info per observation")
-        k = self.config.history_length
-        histories = predict_histories(len(obs_list), info_list, state, episode_start, single, k)
-        texts = self._act(obs_list, info_list, histories, deterministic)
-        commands = [extract_action(t, tagged=self.config.action_mode == "generate") or "" for t in texts]
-        memory = [(h + [[o, a]])[-k:] if k else [] for h, o, a in zip(histories, obs_list, commands)]
-        return (commands[0], memory[0]) if single else (commands, memory)
+        c = self.config
+        k = c.history_length
+        episodes = predict_histories(len(obs_list), info_list, state, episode_start, single, bool(k or c.memory))
+        histories = [e[-k:] if k else [] for e in episodes]
+        # The memory folds the whole episode: from the wrappers' info where they keep it, else from the state.
+        memories = [
+            (i["memory"] if "memory" in i else PlaceMemory.of([p[0] for p in e] + [o]).render()) if c.memory else ""
+            for e, o, i in zip(episodes, obs_list, info_list)
+        ]
+        texts = self._act(obs_list, info_list, histories, deterministic, memories=memories)
+        commands = [extract_action(t, tagged=c.action_mode == "generate") or "" for t in texts]
+        steps = [e + [[o, a]] for e, o, a in zip(episodes, obs_list, commands)]
+        state_out = steps if c.memory else [s[-k:] if k else [] for s in steps]  # a memory folds the whole episode
+        return (commands[0], state_out[0]) if single else (commands, state_out)
 
     def _act(
         self, obs: list[str], infos: list[dict], histories: list[list], deterministic: bool,
-        seeds: list[int] | None = None,
+        seeds: list[int] | None = None, memories: list[str] | None = None,
     ) -> list[str]:  # fmt: skip
         """The model's texts (generate mode: the whole response) for a batch of observations, each sampled with
-        its seed (default: seeds drawn from the agent's RNG)."""
-        prompts = [self.prompts.for_step(o, i, h) for o, i, h in zip(obs, infos, histories)]
+        its seed (default: seeds drawn from the agent's RNG); the memories default to the infos'."""
+        memories = memories or [None] * len(obs)
+        prompts = [self.prompts.for_step(o, i, h, m) for o, i, h, m in zip(obs, infos, histories, memories)]
         admissible = [list(i.get("admissible_actions", [])) for i in infos]
         self.policy.eval()
         with self.dist.full_params():
@@ -418,11 +428,12 @@ class GAGPOAgent:
 
 
 def predict_histories(
-    n: int, infos: list[dict], state: Any, episode_start: Any, single: bool, history_length: int
+    n: int, infos: list[dict], state: Any, episode_start: Any, single: bool, remembers: bool
 ) -> list[list]:
-    """Each env's history for :meth:`GAGPOAgent.predict`: its state unless its episode starts, else the wrappers'."""
+    """Each env's steps for :meth:`GAGPOAgent.predict`: its state unless its episode starts, else the wrappers'
+    history. ``remembers``: the prompt shows history or memory (so a missing state is warned about)."""
     if state is None:
-        if episode_start is None and history_length and "history" not in infos[0]:
+        if episode_start is None and remembers and "history" not in infos[0] and "memory" not in infos[0]:
             warnings.warn(
                 "predict() without state= plays every step without history; pass the state it returns "
                 "back (and episode_start) to play with the history the agent trained with",

@@ -15,7 +15,7 @@ PRIOR_FILE = "prior.json"
 #: First task seed of a held-out panel: far above any training pool (training tasks are seeds 0..task_pool-1).
 HELDOUT_OFFSET = 100_000
 #: Prompt settings a prior was trained with; an agent built on the prior takes them as its defaults.
-PROMPT_FIELDS = ("history_length", "show_admissible", "max_prompt_tokens", "invalid_action_penalty")
+PROMPT_FIELDS = ("history_length", "show_admissible", "memory", "max_prompt_tokens", "invalid_action_penalty")
 #: How an agent fine-tunes a prior unless told otherwise. ``choose_score="sum"``: the warm start trains each action's
 #: summed token log-likelihood, so the prior's policy is the softmax of those sums, while "mean" (the random tiny
 #: model's default) flattens it: the MiniHouse prior sampled 0.14 success on its training tasks with "mean" and 0.81

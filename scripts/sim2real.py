@@ -59,6 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     warm.add_argument("--objective", choices=("tokens", "choice"), default="choice", help="warm-start loss")
     warm.add_argument("--history-length", type=int, default=4, help="recent steps shown in the prompt")
     warm.add_argument("--show-admissible", action="store_true", help="list the admissible actions in the prompt")
+    warm.add_argument("--memory", action="store_true", help="the prompt carries the episode's memory of places seen")
     warm.add_argument("--tiny-hidden-size", type=int, default=64, help="width of the tiny model")
     warm.add_argument("--tiny-layers", type=int, default=2, help="decoder layers of the tiny model")
     rl = parser.add_argument_group("GAGPO (MiniHouse full-size houses)")
@@ -66,6 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     rl.add_argument("--num-groups", type=int, default=4, help="tasks per iteration")
     rl.add_argument("--group-size", type=int, default=4, help="episodes per task")
     rl.add_argument("--estimator", default="gagpo", help="advantage estimator")
+    rl.add_argument("--ent-coef", type=float, default=0.0, help="entropy bonus coefficient")
     ev = parser.add_argument_group("evaluation (real ALFWorld, 50 steps, greedy)")
     ev.add_argument("--n-seen", type=int, default=SPLIT_GAMES["valid_seen"], help="valid_seen games (selection)")
     ev.add_argument("--n-unseen", type=int, default=SPLIT_GAMES["valid_unseen"], help="valid_unseen games")
@@ -88,7 +90,8 @@ def warm_start_stage(args: argparse.Namespace, prior: Path) -> dict[str, Any]:
         MINIHOUSE, prior, env_kwargs={"size": "full"}, episodes=args.episodes, epsilon=args.epsilon,
         epochs=args.epochs, learning_rate=args.warm_learning_rate, batch_size=args.warm_batch_size, seed=args.seed,
         expert="search", objective=args.objective, task_pool=0, history_length=args.history_length,
-        show_admissible=args.show_admissible, tiny_hidden_size=args.tiny_hidden_size, tiny_layers=args.tiny_layers,
+        show_admissible=args.show_admissible, memory=args.memory, tiny_hidden_size=args.tiny_hidden_size,
+        tiny_layers=args.tiny_layers,
         torch_threads=args.torch_threads,
     )  # fmt: skip
 
@@ -107,7 +110,7 @@ def rl_stage(args: argparse.Namespace, prior: Path, work: Path) -> dict[str, Any
     started = time.perf_counter()
     learner = GAGPOAgent(
         MINIHOUSE, str(prior), env_kwargs={"size": "full"}, estimator=args.estimator, task_pool=0,
-        num_groups=args.num_groups, group_size=args.group_size, seed=args.seed, verbose=0,
+        num_groups=args.num_groups, group_size=args.group_size, ent_coef=args.ent_coef, seed=args.seed, verbose=0,
         torch_threads=args.torch_threads,
     )  # fmt: skip
     learner.save(prior_agent)  # the prior as an agent, before any step

@@ -41,6 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--batch-size", type=int, default=32, help="actions per optimiser step")
     parser.add_argument("--task-pool", type=int, default=64, help="training tasks: seeds 0..N-1")
     parser.add_argument("--history-length", type=int, default=0, help="recent steps shown in the prompt")
+    parser.add_argument(
+        "--memory", action="store_true", help="the prompt carries the episode's memory of places seen (wrappers.memory)"
+    )
     parser.add_argument("--tiny-hidden-size", type=int, default=64, help="width of the tiny model")
     parser.add_argument("--tiny-layers", type=int, default=2, help="decoder layers of the tiny model")
     parser.add_argument("--seed", type=int, default=0, help="model initialisation, task draws and noise")
@@ -76,7 +79,8 @@ def main(argv: list[str] | None = None) -> int:
             env_id, args.out, env_kwargs=env_kwargs, episodes=args.episodes, epsilon=args.epsilon,
             epochs=args.epochs, learning_rate=args.learning_rate, batch_size=args.batch_size, seed=args.seed,
             expert=args.expert,
-            task_pool=args.task_pool, history_length=args.history_length, tiny_hidden_size=args.tiny_hidden_size,
+            task_pool=args.task_pool, history_length=args.history_length, memory=args.memory,
+            tiny_hidden_size=args.tiny_hidden_size,
             tiny_layers=args.tiny_layers, torch_threads=args.torch_threads, progress=getattr(args, "progress", None),
         )  # fmt: skip
     except ValueError as err:

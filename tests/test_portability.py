@@ -35,9 +35,11 @@ def maze_agent() -> GAGPOAgent:
     return GAGPOAgent(MAZE, seed=4, **SMALL)
 
 
-def play(agent: GAGPOAgent, seeds: list[int], *, memory: bool) -> list[dict[str, Any]]:
+def play(
+    agent: GAGPOAgent, seeds: list[int], *, memory: bool, env_id: str = MAZE, env_kwargs: dict = MAZE_KWARGS
+) -> list[dict[str, Any]]:
     """The deployment loop of the README: a plain ``gymnasium.make`` env, ``agent.predict`` each step."""
-    env = gym.make(MAZE, **MAZE_KWARGS)
+    env = gym.make(env_id, **env_kwargs)
     episodes = []
     for seed in seeds:
         obs, info = env.reset(seed=seed)
@@ -93,6 +95,24 @@ def test_predict_with_state_in_a_plain_gymnasium_loop_reproduces_evaluate(maze_a
     with recorded_prompts(maze_agent) as seen_forgetting, pytest.warns(UserWarning, match="without history"):
         play(maze_agent, seeds, memory=False)
     assert sorted(seen_forgetting) != sorted(seen_by_evaluate)
+
+
+def test_predict_folds_the_episode_memory_as_the_wrappers_do() -> None:
+    """With ``memory=True`` the prompt carries the episode's memory of places seen; a plain loop's predict() folds
+    it from its state, the very prompts evaluate() builds from the Memory wrapper's info."""
+    kwargs = {"size": "small", "max_episode_steps": 12}
+    agent = GAGPOAgent("gagpo_gym/MiniHouse-v0", seed=1, **{**SMALL, "env_kwargs": kwargs, "memory": True,
+                                                              "history_length": 1})  # fmt: skip
+    seeds = list(range(6))
+    with recorded_prompts(agent) as seen_by_evaluate:
+        evaluated = summary(agent.evaluate(n_tasks=len(seeds), episodes=True)["episodes"])
+    with recorded_prompts(agent) as seen_by_loop:
+        played = play(agent, seeds, memory=True, env_id="gagpo_gym/MiniHouse-v0", env_kwargs=kwargs)
+    assert summary(played) == evaluated
+    assert sorted(seen_by_loop) == sorted(seen_by_evaluate)
+    texts = [agent.policy.tokenizer.decode(list(p)) for p in seen_by_loop]
+    assert sum("Memory: Seen: " in t for t in texts) >= 5  # steps after a visit remember the place
+    assert agent.predict("x", {"admissible_actions": ["a"]}, state=[])[1] == [["x", "a"]]  # the whole episode
 
 
 def test_batched_predict_keeps_one_history_per_env(maze_agent: GAGPOAgent) -> None:

@@ -13,6 +13,7 @@ import sys
 
 import pytest
 import torch
+from safetensors.torch import load_file
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -67,7 +68,7 @@ def test_pipeline_trains_selects_and_resumes(tmp_path):
 
     out = tmp_path / "s2r"
     argv = ["--out", str(out), "--episodes", "3", "--epochs", "1", "--steps", "1", "--num-groups", "1",
-            "--group-size", "2", "--n-seen", "1", "--n-unseen", "1"]  # fmt: skip
+            "--group-size", "2", "--ent-coef", "0.05", "--n-seen", "1", "--n-unseen", "1"]  # fmt: skip
     assert sim2real.main(argv) == 0
     payload = json.loads((out / "sim2real.json").read_text())
     for split in ("valid_seen", "valid_unseen"):
@@ -76,7 +77,7 @@ def test_pipeline_trains_selects_and_resumes(tmp_path):
         assert rows["handcoded expert"]["All"] == 100.0 and rows["handcoded expert"]["Won steps"] <= 50
     assert payload["training"]["warm_start"]["episodes"] == 3
     # GAGPO trained: one iteration, both episodes played to the end, then the update's optimiser steps (two episodes
-    # of a 3-episode prior rarely win a full house, so the advantages, and the weights' change, may well be 0).
+    # of a 3-episode prior rarely win a full house, so the advantages may well be 0: the entropy bonus moves it).
     work = out / "work"
     prior_meta, gagpo_meta = (json.loads((work / name / "agent.json").read_text()) for name in ("prior_agent", "gagpo"))
     steps = payload["training"]["gagpo"]["minihouse_env_steps"]
@@ -87,6 +88,12 @@ def test_pipeline_trains_selects_and_resumes(tmp_path):
     config = gagpo_meta["config"]
     updates = config["n_epochs"] * math.ceil(steps / config["minibatch_size"])  # one optimiser step per minibatch
     assert {float(s["step"]) for s in optimizer["gagpo"]["state"].values()} == {updates}
+    weights = {
+        name: load_file(next((work / name / "model").glob("*.safetensors"))) for name in ("prior_agent", "gagpo")
+    }
+    assert weights["prior_agent"].keys() == weights["gagpo"].keys()
+    assert any(not torch.equal(weights["prior_agent"][k], weights["gagpo"][k]) for k in weights["gagpo"])
+    assert config["ent_coef"] == 0.05
     # Model selection: the better of the prior and the GAGPO agent on valid_seen (a tie goes to GAGPO) is <out>/agent.
     seen = {row["policy"]: row for row in payload["tables"]["valid_seen"]}
     expected = "gagpo" if seen["gagpo"]["All"] >= seen["prior"]["All"] else "prior"

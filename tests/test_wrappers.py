@@ -29,13 +29,16 @@ from wrappers import (
     GroupedVectorEnv,
     History,
     InvalidActionPenalty,
+    Memory,
     ParseAction,
+    PlaceMemory,
     PromptBuilder,
     StateKey,
     extract_action,
     parse_key_spec,
     wrap_text_env,
 )
+from wrappers.memory import listed_items
 from wrappers.prompt import CHOOSE_INSTRUCTION, GENERATE_INSTRUCTION, SYSTEM_PROMPT, cut_middle
 
 MAZE = "gagpo_gym/Maze-v0"
@@ -837,3 +840,67 @@ def test_unicode_survives_wrappers_vector_env_and_prompt(tokenizer, mode: str) -
         assert "Current observation: Vous: bonjour café — ça va ?" in text and "你好 | bonjour café" in text
     finally:
         venv.close()
+
+
+# ----- the episode's memory (wrappers.memory) ------------------------------------------------------------------
+def test_place_memory_reads_alfworlds_phrasing() -> None:
+    memory = PlaceMemory.of([
+        "-= Welcome to TextWorld, ALFRED! =-\n\nYou are in the middle of a room. Looking quickly around you, you see "
+        "a cabinet 1, a countertop 1, a drawer 1, and a microwave 1.\n\nYour task is to: heat some apple and put it "
+        "in countertop.",
+        "You arrive at cabinet 1. The cabinet 1 is closed.",
+        "You arrive at countertop 1. On the countertop 1, you see a apple 1, a butterknife 2, and a spoon 1.",
+        "You pick up the apple 1 from the countertop 1.",
+        "You arrive at drawer 1. The drawer 1 is closed.",
+        "You open the drawer 1. The drawer 1 is open. In it, you see nothing.",
+        "Nothing happens.",  # unrecognised: changes nothing
+        "You arrive at microwave 1. The microwave 1 is closed.",
+        "You heat the apple 1 using the microwave 1.",
+        "You arrive at countertop 1. On the countertop 1, you see a butterknife 2, and a spoon 1.",
+        "You move the apple 1 to the countertop 1.",
+    ])  # fmt: skip
+    assert memory.places == {
+        "cabinet 1": None, "countertop 1": ["butterknife 2", "spoon 1", "apple 1"], "drawer 1": [], "microwave 1": None,
+    }  # fmt: skip
+    assert memory.holding is None and memory.done == ["heat apple 1"]
+    assert memory.render() == (
+        "Seen: cabinet 1 (closed), countertop 1 (butterknife 2, spoon 1, apple 1), drawer 1 (nothing), "
+        "microwave 1 (closed). Done: heat apple 1."
+    )
+    assert PlaceMemory.of(["You pick up the cup 2 from the shelf 3."]).render() == "Holding: cup 2."
+    assert PlaceMemory().render() == "" and listed_items("a pen 1, and a pencil 2") == ["pen 1", "pencil 2"]
+
+
+def test_memory_knows_what_the_searching_expert_knows() -> None:
+    """On full-size MiniHouse houses, with the searching expert and random actions mixed: after every step the
+    memory (from the text alone) holds exactly the expert's knowledge (from the true state, where it looked)."""
+    rng = np.random.default_rng(0)
+    env = Memory(gym.make("gagpo_gym/MiniHouse-v0", size="full"))
+    steps, verbs = 0, set()
+    for seed in range(12):
+        obs, info = env.reset(seed=seed)
+        for _ in range(40):
+            admissible = info["admissible_actions"]
+            closing = [a for a in admissible if a.startswith("close ")]
+            if closing and rng.random() < 0.3:  # closed again: the memory keeps what it saw inside
+                action = closing[0]
+            else:
+                action = env.unwrapped.expert_action("search") if rng.random() < 0.6 else rng.choice(admissible)
+            obs, _, terminated, truncated, info = env.step(action)
+            verbs.add(str(action).split()[0])
+            house, expert, memory = env.unwrapped.house, env.unwrapped.searcher, env.memory
+            names, things = house.rec_name, house.obj_name
+            assert list(memory.places) == list(dict.fromkeys(memory.places))  # one entry per place
+            assert set(memory.places) == {names[r] for r in expert.openable}
+            for r in expert.openable:
+                shown, known = memory.places[names[r]], expert.seen.get(r)
+                # the same items (a moved one is listed last until the place is looked at again)
+                assert (None if shown is None else sorted(shown)) == (
+                    None if known is None else sorted(things[o] for o in known)
+                )
+            assert memory.holding == (None if house.held < 0 else things[house.held])
+            assert info["memory"] == memory.render()
+            steps += 1
+            if terminated or truncated:
+                break
+    assert steps > 150 and {"take", "move", "open", "close", "go"} <= verbs

@@ -1,6 +1,7 @@
 """Gymnasium wrappers for LLM agents on text envs: grouped vector env, history, parsing, keys, penalties, stats."""
 
 from wrappers.grouped_vector_env import GroupedVectorEnv
+from wrappers.memory import Memory, PlaceMemory
 from wrappers.prompt import PromptBuilder
 from wrappers.text_wrappers import (
     EpisodeStatistics,
@@ -19,7 +20,9 @@ __all__ = [
     "GroupedVectorEnv",
     "History",
     "InvalidActionPenalty",
+    "Memory",
     "ParseAction",
+    "PlaceMemory",
     "PromptBuilder",
     "StateKey",
     "extract_action",

@@ -62,9 +62,16 @@ class PromptBuilder:
         self.overflow_count = 0  # prompts longer than the budget even without history and with the observation cut
 
     def user_message(
-        self, task: str, history: Sequence[Sequence[str]], observation: str, admissible: Sequence[str]
+        self,
+        task: str,
+        history: Sequence[Sequence[str]],
+        observation: str,
+        admissible: Sequence[str],
+        memory: str = "",
     ) -> str:
         parts = [f"Task: {task}"] if task else []
+        if memory:
+            parts.append(f"Memory: {memory}")
         if history:
             steps = "\n".join(f"Observation: {obs}\nAction: {act}" for obs, act in history)
             parts.append(f"Recent steps:\n{steps}")
@@ -84,20 +91,28 @@ class PromptBuilder:
     def encode(self, text: str) -> list[int]:
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
-    def for_step(self, observation: str, info: dict[str, Any], history: Sequence | None = None) -> list[int]:
+    def for_step(
+        self, observation: str, info: dict[str, Any], history: Sequence | None = None, memory: str | None = None
+    ) -> list[int]:
         """The prompt of one env step from its observation and info (task, admissible actions, and the history
-        the text wrappers keep, unless ``history`` is given)."""
+        and memory the text wrappers keep, unless ``history`` or ``memory`` is given)."""
         history = info.get("history", []) if history is None else history
-        return self.build(info.get("task", ""), history, observation, info.get("admissible_actions", []))
+        memory = info.get("memory", "") if memory is None else memory
+        return self.build(info.get("task", ""), history, observation, info.get("admissible_actions", []), memory)
 
     def build(
-        self, task: str, history: Sequence[Sequence[str]], observation: str, admissible: Sequence[str]
+        self,
+        task: str,
+        history: Sequence[Sequence[str]],
+        observation: str,
+        admissible: Sequence[str],
+        memory: str = "",
     ) -> list[int]:
         """Prompt token ids: as much recent history as fits in ``max_prompt_tokens``, else a cut observation."""
         history = list(history)
 
         def prompt(steps: list, obs: str) -> list[int]:
-            return self.encode(self.render(self.user_message(task, steps, obs, admissible)))
+            return self.encode(self.render(self.user_message(task, steps, obs, admissible, memory)))
 
         for keep in range(len(history), -1, -1):
             ids = prompt(history[len(history) - keep :], observation)

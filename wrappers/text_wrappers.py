@@ -5,6 +5,7 @@ Stack, innermost first (:func:`wrap_text_env` builds it for each sub-env of a gr
     StateKey(key=..., backoff=...)   choose the granularity of ``info["state_key"]``; coarser keys in ``info["keys"]``
     InvalidActionPenalty       reward -= penalty when ``info["action_valid"]`` is False
     History(length)            ``info["history"]``: the last (observation, command) pairs for the prompt
+    Memory (optional)          ``info["memory"]``: what the episode showed, place by place (wrappers.memory)
     ParseAction(tagged)        raw LLM text -> command; unparsable output goes down the env's invalid path
     EpisodeStatistics          episode stats: ``info["episode"]`` at an episode's end (return, length, time,
                                invalid and unparsed steps, won, score); outermost, so it sees every flag and penalty
@@ -23,6 +24,7 @@ from typing import Any
 import gymnasium as gym
 
 from gagpo_gym.core import state_key
+from wrappers.memory import Memory
 
 _ACTION_TAG = re.compile(r"<action>(.*?)</action>", re.IGNORECASE | re.DOTALL)
 
@@ -263,11 +265,15 @@ def wrap_text_env(
     history_length: int = 2,
     tagged: bool = True,
     backoff: Sequence[str] = (),
+    memory: bool = False,
 ) -> gym.Env:
-    """The standard stack for training: state and back-off keys, invalid-action penalty, history, action parsing,
-    and outermost the episode statistics (it counts the penalised rewards and ParseAction's ``action_parsed``)."""
+    """The standard stack for training: state and back-off keys, invalid-action penalty, history, the episode's
+    memory (``memory=True``), action parsing, and outermost the episode statistics (it counts the penalised
+    rewards and ParseAction's ``action_parsed``)."""
     env = StateKey(env, key, backoff)
     env = InvalidActionPenalty(env, penalty)
     env = History(env, history_length)
+    if memory:
+        env = Memory(env)
     env = ParseAction(env, tagged)
     return EpisodeStatistics(env)
