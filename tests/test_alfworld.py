@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import multiprocessing
 import random
+import re
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -17,6 +18,8 @@ pytest.importorskip("alfworld")
 import gagpo_gym  # noqa: E402
 from gagpo_gym import check_text_env, normalize_command  # noqa: E402
 from gagpo_gym.envs.alfworld import TASK_TYPES, find_data_root  # noqa: E402
+from wrappers import Memory  # noqa: E402
+from wrappers.memory import listed_items  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "alfworld"
 needs_data = pytest.mark.skipif(
@@ -303,3 +306,31 @@ def test_a_panel_in_worker_processes_gives_the_serial_rows():
     rows = serial["episodes"]
     assert [r["seed"] for r in rows] == list(range(4)) and len({r["task_id"] for r in rows}) == 4
     assert all(1 <= r["length"] <= 5 for r in rows)
+
+
+@needs_data
+def test_memory_reads_the_real_engines_feedback(env):
+    """wrappers.Memory on real games: every listing the engine prints is remembered for its receptacle, and what
+    the memory says is held is what the engine's own ``inventory`` answers (asked after every expert step)."""
+    memory_env = Memory(env)
+    carried = re.compile(r"You are carrying: an? (.+?)\.")
+    listing = re.compile(r"(?:On the|The) ([a-z]+ \d+)(?:,| is open\. In it,) you see (.*?)\.")
+    checks = Counter()
+    for task_type in ("pick", "clean", "pick2"):
+        obs, info = memory_env.reset(seed=seed_of(env, task_type))
+        for _ in range(20):
+            obs, _, terminated, truncated, info = memory_env.step(env.unwrapped.expert_action())
+            memory = memory_env.memory
+            for place, listing in re.findall(
+                r"(?:On the|The) ([a-z]+ \d+)(?:,| is open\. In it,) you see (.*?)\.", obs
+            ):
+                assert memory.places[place] == listed_items(listing), obs
+                checks["listing"] += 1
+            if terminated or truncated:
+                break
+            inventory, *_ = memory_env.step("inventory")
+            held = carried.match(inventory)
+            assert memory.holding == (held.group(1) if held else None), inventory
+            checks["holding" if held else "empty"] += 1
+        assert "Seen: " in memory_env.memory.render()
+    assert checks["listing"] >= 6 and checks["holding"] >= 3 and checks["empty"] >= 3, checks
