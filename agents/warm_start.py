@@ -2,8 +2,9 @@
 
 An instruct model arrives at ALFWorld already reading the task; a tiny model built from a config does not. The
 warm start gives it a comparable starting point: it plays training tasks with the env's expert, which takes a
-random admissible action with probability ``epsilon``, and trains the model to predict each action's tokens after
-the exact prompt the agent will show it (same template, history and admissible list). The result is a folder
+random admissible action with probability ``epsilon``, and trains the model to predict the expert's action at each
+step (also where the random one was played) after the exact prompt the agent will show it (same template, history,
+memory and admissible list). The result is a folder
 that ``GAGPOAgent(env, model=path)`` fine-tunes in choose mode with :data:`FINE_TUNE`'s settings; its ``prior.json``
 records how it was made and the prompt settings it was trained with.
 """
@@ -35,8 +36,11 @@ class Transcript:
     """The (prompt, action) pairs of noisy-expert episodes, and how those episodes went."""
 
     prompts: list[list[int]] = field(default_factory=list)
-    actions: list[str] = field(default_factory=list)
+    actions: list[str] = field(default_factory=list)  # the expert's choice at each prompt: the labels
+    played: list[str] = field(default_factory=list)  # what was played there (a random action with prob. epsilon)
     admissible: list[list[str]] = field(default_factory=list)  # the candidates each action was chosen from
+    tasks: list[int] = field(default_factory=list)  # each episode's task seed, in play order
+    lengths: list[int] = field(default_factory=list)  # each episode's steps (its prompts, in order)
     episodes: int = 0
     won: int = 0
     expert_steps: int = 0
@@ -52,6 +56,9 @@ def noisy_expert_transcripts(
 ) -> Transcript:
     """Play ``episodes`` training tasks (the agent's task pool) with the expert, random with probability epsilon.
 
+    Every step is labelled with the expert's choice, also where a random action is played: the noise spreads the
+    states the prior learns from (what a policy of its own will run into), never what it learns to do there.
+
     ``expert``: ``"oracle"``, the env's ``expert_action()``; another kind is asked for by name
     (``expert_action(kind)``) from envs that list it in their ``EXPERTS`` (MiniHouse: ``"search"``, an expert that
     knows only what the transcript shows). ``progress(1)`` is called after each episode.
@@ -65,26 +72,30 @@ def noisy_expert_transcripts(
             raise ValueError(f"{agent.env_id} has no {expert!r} expert; its experts: {', '.join(kinds)}")
         ask = {} if expert == "oracle" else {"kind": expert}  # "oracle": the env's default expert
         for _ in range(episodes):
-            obs, info = env.reset(seed=int(rng.integers(pool)))
-            done = False
+            out.tasks.append(int(rng.integers(pool)))
+            obs, info = env.reset(seed=out.tasks[-1])
+            done, start = False, len(out.actions)
             while not done:
                 admissible = list(info.get("admissible_actions", []))
                 if not admissible:
                     raise ValueError(f"{agent.env_id}: the warm start needs admissible actions at every step")
+                try:
+                    label = env.unwrapped.expert_action(**ask)
+                except NotImplementedError as err:
+                    raise ValueError(f"{agent.env_id} has no expert: the warm start imitates one") from err
                 if rng.random() < epsilon:
                     action = admissible[int(rng.integers(len(admissible)))]
                 else:
-                    try:
-                        action = env.unwrapped.expert_action(**ask)
-                    except NotImplementedError as err:
-                        raise ValueError(f"{agent.env_id} has no expert: the warm start imitates one") from err
+                    action = label
                     out.expert_steps += 1
                 out.prompts.append(agent.prompts.for_step(obs, info))
-                out.actions.append(action)
+                out.actions.append(label)
+                out.played.append(action)
                 out.admissible.append(admissible)
                 obs, _, terminated, truncated, info = env.step(action)
                 done = terminated or truncated
             out.episodes += 1
+            out.lengths.append(len(out.actions) - start)
             out.won += bool(info["episode"]["won"])  # wrappers.EpisodeStatistics' record of the episode
             if progress is not None:
                 progress(1)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
@@ -51,6 +52,16 @@ def test_transcripts_mix_expert_and_random_actions_on_training_tasks():
     assert pure.won == 10 and pure.expert_steps == len(pure.actions)
     # The prompts are the agent's own: the same builder, history and admissible list as in training.
     assert all(p == list(p) and len(p) > 0 for p in data.prompts)
+    # Every step is labelled with the expert's choice there, also where a random action was played: replayed.
+    assert sum(a != p for a, p in zip(data.actions, data.played)) > 5
+    env, step = gym.make(MAZE, **TINY_MAZE), 0
+    for task, length in zip(data.tasks, data.lengths):
+        env.reset(seed=task)
+        for _ in range(length):
+            assert env.unwrapped.expert_action() == data.actions[step]
+            env.step(data.played[step])
+            step += 1
+    assert step == len(data.actions) == sum(data.lengths) and len(data.tasks) == 30
 
 
 def test_warm_start_lowers_the_loss_and_imitates_the_expert(prior):
