@@ -104,6 +104,37 @@ def noisy_expert_transcripts(
     return out
 
 
+def expert_agreement(agent: Any, n_tasks: int, seed_offset: int, expert: str = "oracle") -> dict[str, Any]:
+    """Teacher-forced agreement of the agent's greedy choice with the expert's, per action kind (a command's
+    first word: "go", "take", "open"...), on tasks ``seed_offset..seed_offset + n_tasks - 1``.
+
+    The expert plays every step, so each decision is scored at a state the expert reaches, with the prompt the
+    agent would be shown there (its wrappers: history, memory); a greedy panel's success compounds these.
+    """
+    env = agent.env_spec.make(text_wrapping(agent.config))
+    ask = {} if expert == "oracle" else {"kind": expert}
+    agree: dict[str, int] = {}
+    total: dict[str, int] = {}
+    try:
+        for seed in range(seed_offset, seed_offset + n_tasks):
+            obs, info = env.reset(seed=seed)
+            done = False
+            while not done:
+                label = env.unwrapped.expert_action(**ask)
+                kind = label.split(" ", 1)[0]
+                total[kind] = total.get(kind, 0) + 1
+                agree[kind] = agree.get(kind, 0) + (agent.predict(obs, info, deterministic=True)[0] == label)
+                obs, _, terminated, truncated, info = env.step(label)
+                done = terminated or truncated
+    finally:
+        env.close()
+    return {
+        "all": sum(agree.values()) / max(1, sum(total.values())),
+        "per_kind": {k: agree[k] / total[k] for k in sorted(total, key=total.get, reverse=True)},
+        "decisions": dict(sorted(total.items(), key=lambda kv: -kv[1])),
+    }
+
+
 def supervised_epochs(
     policy: Any,
     data: Transcript,

@@ -49,6 +49,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=0, help="model initialisation, task draws and noise")
     parser.add_argument("--heldout-tasks", type=int, default=100, help="held-out panel size (0: skip evaluation)")
     parser.add_argument("--heldout-offset", type=int, default=HELDOUT_OFFSET, help="first held-out task seed")
+    parser.add_argument(
+        "--agreement-tasks", type=int, default=40,
+        help="held-out tasks on which the prior's greedy choice is compared with the expert's, who plays (0: skip)",
+    )  # fmt: skip
     parser.add_argument("--torch-threads", type=int, default=1, help="torch CPU threads")
     parser.add_argument(
         "--progress",
@@ -72,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     from agents.callbacks import ProgressBar
     from agents.evaluation import panel_progress
     from agents.gagpo import GAGPOAgent
-    from agents.warm_start import warm_start
+    from agents.warm_start import expert_agreement, warm_start
 
     try:
         warm_start(
@@ -103,6 +107,14 @@ def main(argv: list[str] | None = None) -> int:
     update_prior(args.out, evaluation=rows)
     print(f"\nGreedy evaluation of the prior ({time.perf_counter() - started:.0f}s):\n")
     print(markdown_table(rows))
+    if args.agreement_tasks:
+        offset = args.heldout_offset + args.heldout_tasks  # tasks the panel above did not play
+        agreement = expert_agreement(agent, args.agreement_tasks, offset, args.expert)
+        update_prior(args.out, agreement={"tasks": f"{offset}..{offset + args.agreement_tasks - 1}", **agreement})
+        print(f"\nTeacher-forced agreement with the {args.expert} expert ({args.agreement_tasks} held-out tasks):\n")
+        counts = {"all": sum(agreement["decisions"].values()), **agreement["decisions"]}
+        shares = {"all": agreement["all"], **agreement["per_kind"]}
+        print(markdown_table([{"action": k, "decisions": counts[k], "agreement": f"{shares[k]:.2f}"} for k in shares]))
     return 0
 
 

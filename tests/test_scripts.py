@@ -12,6 +12,7 @@ import dataclasses
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -65,9 +66,10 @@ def call(name: str, *args: str) -> tuple[int, str, str]:
     return code, out.getvalue(), err.getvalue()
 
 
-def parse_table(stdout: str) -> list[dict[str, str]]:
-    """The rows of the first Markdown table in a script's output."""
-    lines = [line for line in stdout.splitlines() if line.startswith("|")]
+def parse_table(stdout: str, nth: int = 0) -> list[dict[str, str]]:
+    """The rows of the ``nth`` Markdown table in a script's output."""
+    blocks = re.findall(r"(?m)(?:^\|.*\n?)+", stdout)
+    lines = blocks[nth].splitlines()
     header = [c.strip() for c in lines[0].strip("|").split("|")]
     return [dict(zip(header, (c.strip() for c in line.strip("|").split("|")))) for line in lines[2:]]
 
@@ -280,12 +282,20 @@ def test_warm_start_script_trains_saves_and_evaluates_training_and_heldout_tasks
     code, stdout, stderr = call(
         "warm_start", "--env", "gagpo_gym/Maze-v0", "--env-kwargs", TINY_MAZE, "--out", str(tmp_path),
         "--episodes", "6", "--epochs", "1", "--task-pool", "4", "--heldout-tasks", "3", "--tiny-hidden-size", "32",
+        "--agreement-tasks", "2",
     )  # fmt: skip
     assert code == 0, stderr
     rows = parse_table(stdout)
     assert [r["panel"] for r in rows] == ["training tasks (seeds 0..3)", "held-out tasks (seeds 100000..100002)"]
     record = json.loads((tmp_path / "prior.json").read_text())
     assert record["episodes"] == 6 and record["task_pool"] == 4 and len(record["evaluation"]) == 2
+    # Teacher-forced agreement on two more held-out tasks, the expert playing: one row per action kind.
+    agreement = record["agreement"]
+    assert agreement["tasks"] == "100003..100004" and set(agreement["per_kind"]) == set(agreement["decisions"])
+    assert set(agreement["decisions"]) <= {"go"} and agreement["decisions"]["go"] >= 6  # Maze: "go <direction>"
+    table = {r["action"]: r for r in parse_table(stdout, 1)}
+    assert int(table["all"]["decisions"]) == sum(agreement["decisions"].values())
+    assert float(table["all"]["agreement"]) == pytest.approx(agreement["all"], abs=0.005)
     code, _, stderr = call("warm_start", "--env", "gagpo_gym/Maze-v0", "--task-pool", "8", "--heldout-offset", "4")
     assert code == 2 and "held-out" in stderr
 
