@@ -3,12 +3,17 @@
     python scripts/warm_start.py --env gagpo_gym/Maze-v0 --env-kwargs '{"max_episode_steps": 30}' --out priors/maze
     python scripts/warm_start.py --env gagpo_gym/MiniHouse-v0 --env-kwargs '{"size": "small"}' --epsilon 0.2
     python scripts/warm_start.py --env gagpo_gym/MiniHouse-v0 --expert search --out priors/minihouse-search
+    python scripts/warm_start.py --env gagpo_gym/MiniHouse-v0 --env-kwargs '{"size": "full"}' --task-pool 0 \
+        --expert search --objective choice --memory --history-length 1 --no-show-admissible --episodes 800 \
+        --epsilon 0.2 --epochs 12 --batch-size 16 --out priors/minihouse-full-memory
 
-Training tasks are seeds ``0 .. task_pool - 1``; the held-out panel is ``--heldout-tasks`` seeds from
-``--heldout-offset`` on, never seen in training. The folder written is what ``GAGPOAgent(env, model=<out>)`` and
-``scripts/train.py --model <out>`` fine-tune (choose mode, the tiny model's learning rate, the prior's prompt
-settings). Progress bars (expert episodes, epochs with the running loss, the evaluation panels) go to stderr when
-it is a terminal (``--progress`` / ``--no-progress`` to force them on or off).
+Training tasks are seeds ``0 .. task_pool - 1`` (``--task-pool 0``: a fresh task every episode); the held-out
+panel is ``--heldout-tasks`` seeds from ``--heldout-offset`` on, never seen in training, and the teacher-forced
+agreement with the expert per action kind is measured on the ``--agreement-tasks`` held-out seeds after them. The
+folder written is what ``GAGPOAgent(env, model=<out>)`` and ``scripts/train.py --model <out>`` fine-tune (choose
+mode, the tiny model's learning rate, the prior's prompt settings). Progress bars (expert episodes, epochs with
+the running loss, the evaluation panels) go to stderr when it is a terminal (``--progress`` / ``--no-progress`` to
+force them on or off).
 """
 
 from __future__ import annotations
@@ -39,7 +44,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--epochs", type=int, default=10, help="passes over the transcripts")
     parser.add_argument("--learning-rate", type=float, default=1e-3, help="AdamW learning rate of the warm start")
     parser.add_argument("--batch-size", type=int, default=32, help="actions per optimiser step")
-    parser.add_argument("--task-pool", type=int, default=64, help="training tasks: seeds 0..N-1")
+    parser.add_argument(
+        "--task-pool", type=int, default=64, help="training tasks: seeds 0..N-1 (0: a fresh task every episode)"
+    )
+    parser.add_argument("--objective", choices=("tokens", "choice"), default="tokens", help="warm-start loss")
+    parser.add_argument(
+        "--show-admissible", action=argparse.BooleanOptionalAction, default=True,
+        help="list the admissible actions in the prompt",
+    )  # fmt: skip
     parser.add_argument("--history-length", type=int, default=0, help="recent steps shown in the prompt")
     parser.add_argument(
         "--memory", action="store_true", help="the prompt carries the episode's memory of places seen (wrappers.memory)"
@@ -65,8 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.task_pool < 1 or args.heldout_tasks < 0:
-        fail("--task-pool must be >= 1 and --heldout-tasks >= 0")
+    if args.task_pool < 0 or args.heldout_tasks < 0:
+        fail("--task-pool and --heldout-tasks must be >= 0")
     if args.heldout_tasks and args.heldout_offset < args.task_pool:
         fail(f"--heldout-offset ({args.heldout_offset}) must be >= --task-pool ({args.task_pool}): held-out tasks")
     env_id = resolve_env_id(args.env)
@@ -82,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         warm_start(
             env_id, args.out, env_kwargs=env_kwargs, episodes=args.episodes, epsilon=args.epsilon,
             epochs=args.epochs, learning_rate=args.learning_rate, batch_size=args.batch_size, seed=args.seed,
-            expert=args.expert,
+            expert=args.expert, objective=args.objective, show_admissible=args.show_admissible,
             task_pool=args.task_pool, history_length=args.history_length, memory=args.memory,
             tiny_hidden_size=args.tiny_hidden_size,
             tiny_layers=args.tiny_layers, torch_threads=args.torch_threads, progress=getattr(args, "progress", None),
@@ -94,8 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     agent = GAGPOAgent(env_id, args.out, env_kwargs=env_kwargs, verbose=0, torch_threads=args.torch_threads)
     rows = []
-    for name, n, offset in (("training tasks", min(args.task_pool, 100), 0),
-                            ("held-out tasks", args.heldout_tasks, args.heldout_offset)):  # fmt: skip
+    panels = [("training tasks", min(args.task_pool, 100), 0)] if args.task_pool else []  # 0: no fixed pool
+    for name, n, offset in [*panels, ("held-out tasks", args.heldout_tasks, args.heldout_offset)]:
         bar = ProgressBar(n, f"evaluation: {name}", unit="task", enabled=getattr(args, "progress", None))
         with bar, panel_progress(bar.advance):
             m = agent.evaluate(n_tasks=n, seed_offset=offset, batch_size=50)

@@ -298,6 +298,18 @@ def test_warm_start_script_trains_saves_and_evaluates_training_and_heldout_tasks
     assert float(table["all"]["agreement"]) == pytest.approx(agreement["all"], abs=0.005)
     code, _, stderr = call("warm_start", "--env", "gagpo_gym/Maze-v0", "--task-pool", "8", "--heldout-offset", "4")
     assert code == 2 and "held-out" in stderr
+    # Fresh tasks, the choice loss, the memory and no admissible list reach the prior's record; no training panel.
+    code, stdout, stderr = call(
+        "warm_start", "--env", "gagpo_gym/MiniHouse-v0", "--env-kwargs", '{"size": "small"}', "--out",
+        str(tmp_path / "memory"), "--task-pool", "0", "--expert", "search", "--objective", "choice", "--memory",
+        "--no-show-admissible", "--episodes", "2", "--epochs", "1", "--heldout-tasks", "2", "--agreement-tasks", "0",
+        "--tiny-hidden-size", "32",
+    )  # fmt: skip
+    assert code == 0, stderr
+    assert [r["panel"] for r in parse_table(stdout)] == ["held-out tasks (seeds 100000..100001)"]
+    record = json.loads((tmp_path / "memory" / "prior.json").read_text())
+    assert record["task_pool"] == 0 and record["objective"] == "choice" and "agreement" not in record
+    assert record["prompt"]["memory"] is True and record["prompt"]["show_admissible"] is False
 
 
 def test_train_takes_key_backoff_as_a_list_of_keys():
