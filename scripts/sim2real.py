@@ -53,7 +53,10 @@ def build_parser() -> argparse.ArgumentParser:
     warm = parser.add_argument_group("warm start (MiniHouse full-size houses, the searching expert)")
     warm.add_argument("--episodes", type=int, default=800, help="expert episodes, each on a fresh task")
     warm.add_argument("--epsilon", type=float, default=0.2, help="probability of a random admissible action")
-    warm.add_argument("--epochs", type=int, default=6, help="passes over the transcripts")
+    warm.add_argument(
+        "--epochs", type=int, default=12,
+        help="passes over the transcripts (6 left the prior undertrained; results/priors/README.md)",
+    )  # fmt: skip
     warm.add_argument("--warm-learning-rate", type=float, default=1e-3, help="AdamW learning rate")
     warm.add_argument("--warm-batch-size", type=int, default=16, help="actions per optimiser step")
     warm.add_argument("--objective", choices=("tokens", "choice"), default="choice", help="warm-start loss")
