@@ -86,9 +86,9 @@ class PolicyUpdate:
         def size(r: Row) -> int:
             return packed_width(r.prompt_ids, r.candidate_ids) + len(r.response_ids)
 
-        rows = sorted(rows, key=lambda r: (size(r), r.prompt_ids))
-        sizes = [size(r) for r in rows]
-        return [[rows[i] for i in batch] for batch in padded_batches(sizes, self.config.token_budget)]
+        sized = sorted(((size(r), r) for r in rows), key=lambda nr: (nr[0], nr[1].prompt_ids))
+        sizes = [n for n, _ in sized]  # each row's prefix tree built once, not for the sort and again here
+        return [[sized[i][1] for i in batch] for batch in padded_batches(sizes, self.config.token_budget)]
 
     def evaluate_rows(self, rows: list[Row], core: PolicyCore | None = None, *, entropy: bool = True) -> Evaluation:
         """The stored actions' log-probs (and entropy, values) under the policy, or under ``core``."""
