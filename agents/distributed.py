@@ -14,6 +14,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -28,6 +29,8 @@ from torch.distributed.checkpoint.state_dict import (
 )
 from torch.distributed.fsdp import fully_shard
 
+SETTLE_S = 0.25  # seconds a launched rank leaves gloo's workers at exit (close_process_group)
+
 
 def launched() -> bool:
     """True inside a multi-process launch (torchrun / accelerate launch set WORLD_SIZE)."""
@@ -35,10 +38,18 @@ def launched() -> bool:
 
 
 def close_process_group() -> None:
-    """Tear the process group down at exit. Left to the interpreter's teardown, gloo's threads are destroyed
-    while still joinable and the rank aborts (``terminate called without an active exception``, SIGABRT) after
-    its work is done: seen about once in four FSDP test launches on a loaded 2-core CPU."""
+    """Tear the process group down at a launched rank's exit, after giving gloo's worker threads the GIL.
+
+    A gloo worker drops a finished collective's work after the caller already has its result; when that work holds
+    tensors Python owns (FSDP's all-gathers do), the drop takes the GIL. A rank that exits right after its last
+    collective (a save ends with a barrier) can start interpreter finalisation first: the worker then finds the
+    GIL gone, its thread is ended mid-destructor and the rank aborts after all its work is done (``terminate
+    called without an active exception``, SIGABRT; seen in gdb as ``take_gil`` -> ``PyThread_exit_thread`` under
+    ``~AsyncAllgatherCoalescedWork`` in ``pt_gloo_runloop``). Tearing the group down does not end those threads
+    while FSDP's meshes still hold it, so the rank first sleeps with the GIL released: a waiting worker takes it
+    at once; the sleep only covers a worker not yet scheduled on a loaded machine."""
     if torch.distributed.is_available() and torch.distributed.is_initialized():
+        time.sleep(SETTLE_S)
         torch.distributed.destroy_process_group()
 
 
