@@ -285,19 +285,24 @@ class GAGPOAgent:
         progress_bar: bool = False,
         log_interval: int = 1,
         reset_num_timesteps: bool = True,
+        max_iterations: int | None = None,
     ) -> GAGPOAgent:
-        """Train until ``total_timesteps`` env steps (actions) have been taken; returns self.
+        """Train until ``total_timesteps`` env steps (actions) have been taken, or ``max_iterations`` iterations
+        (rollout + update) have run in this call, whichever comes first; returns self.
 
         An iteration is never cut: the one in progress when the count is reached is finished (every group
         plays its task to the end and is trained on), so a run takes up to one iteration's steps more.
         """
+        if max_iterations is not None and max_iterations < 1:
+            raise ValueError(f"max_iterations must be >= 1 or None, got {max_iterations}")
         if reset_num_timesteps:
             self.num_timesteps = 0
             self.iteration = 0
         total_timesteps = int(total_timesteps) + (0 if reset_num_timesteps else self.num_timesteps)
+        last_iteration = None if max_iterations is None else self.iteration + max_iterations
         callback = init_callback(self, callback, progress_bar)
         callback.on_training_start(locals(), globals())
-        while self.num_timesteps < total_timesteps:
+        while self.num_timesteps < total_timesteps and (last_iteration is None or self.iteration < last_iteration):
             t0 = time.perf_counter()
             if not self.collect_rollouts(callback):
                 break

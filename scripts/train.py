@@ -5,8 +5,14 @@
     python scripts/train.py --resume runs/maze/final --total-timesteps 10000     # 10000 more steps
     python scripts/train.py --resume runs/maze/final --until 30000               # until the count reaches 30000
     PYTHONPATH=. python scripts/train.py --env my_envs:MyEnv-v0                  # your own env (module:EnvId)
+    python scripts/train.py --recipe alfworld-gagpo-qwen2.5-1.5b --model /models/Qwen2.5-1.5B-Instruct
+    python scripts/train.py --recipe alfworld-gagpo-qwen2.5-1.5b --model .cache/smollm2-135m-instruct \
+        --backend hf --env-kwargs '{"split": "valid_unseen"}' --dry-run     # the resolved settings and first prompt
 
 Every field of ``agents.config.GAGPOConfig`` is a flag (``--help`` lists them with types and defaults).
+``--recipe NAME`` starts from ``configs/recipes/NAME.yaml`` (the paper's runs with verl-agent's settings, each value
+with its source; ``--list-recipes`` names them); a flag given overrides the recipe's value. The resolved settings
+are printed and, with ``--save-dir``, written to ``<dir>/run.json`` before training starts.
 Checkpoints are SB3-style (a callback saving every ``--checkpoint-freq`` env steps); logs go to stdout and, with
 ``--log-dir``, to CSV, JSON and TensorBoard (when installed). ``--progress-bar`` draws a bar on stderr (env steps
 done / total, time left, steps/s). Ctrl-C ends with one line naming the last checkpoint, and exit code 130.
@@ -28,7 +34,9 @@ from common import (
     config_overrides,
     fail,
     interrupted,
+    load_recipe,
     parse_json_kwargs,
+    recipe_names,
     resolve_env_id,
     results_table,
     table_kind,
@@ -53,6 +61,25 @@ def build_parser() -> tuple[argparse.ArgumentParser, list[str]]:
     )
     run.add_argument("--env-kwargs", default=None, help='env constructor arguments as JSON, e.g. \'{"size": "small"}\'')
     run.add_argument("--model", default="tiny", help="'tiny' (built locally, no download) or a local HF checkpoint")
+    run.add_argument(
+        "--recipe",
+        default=None,
+        metavar="NAME",
+        help="start from configs/recipes/NAME.yaml (or a YAML file's path); every flag given overrides its value",
+    )
+    run.add_argument("--list-recipes", action="store_true", help="name the recipes in configs/recipes and exit")
+    run.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the resolved settings and the prompt of task 0's first step, then exit without training "
+        "(a pretrained model's tokenizer is read, not its weights)",
+    )
+    run.add_argument(
+        "--iterations",
+        type=int,
+        default=None,
+        help="stop after N iterations (rollout + update); with --total-timesteps, whichever comes first",
+    )
     steps = run.add_mutually_exclusive_group()
     steps.add_argument(
         "--total-timesteps",
@@ -96,13 +123,29 @@ def say(*args: Any) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser, names = build_parser()
+    recipe = apply_recipe(parser, argv)
     args = parser.parse_args(argv)
+    if args.list_recipes:
+        print("\n".join(recipe_names()))
+        return 0
     args.total_timesteps, args.until = getattr(args, "total_timesteps", None), getattr(args, "until", None)
-    state: dict[str, Any] = {"agent": None, "checkpoints": None, "resumed": None}
+    state: dict[str, Any] = {"agent": None, "checkpoints": None, "resumed": None, "recipe": recipe}
     try:
         return _main(args, names, state)
     except KeyboardInterrupt:
         interrupted(_where(state))
+
+
+def apply_recipe(parser: argparse.ArgumentParser, argv: list[str] | None) -> dict[str, Any] | None:
+    """Make ``--recipe``'s values the parser's defaults (flags given still win); its name, values and sources."""
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--recipe", default=None)
+    name = pre.parse_known_args(argv)[0].recipe
+    if name is None:
+        return None
+    values, sources = load_recipe(name)
+    parser.set_defaults(**{k: json.dumps(v) if k == "env_kwargs" else v for k, v in values.items()})
+    return {"name": name, "values": values, "sources": sources}
 
 
 def _where(state: dict[str, Any]) -> str:
@@ -137,6 +180,12 @@ def _main(args: argparse.Namespace, names: list[str], state: dict[str, Any]) -> 
             fail(f"{flag} must be >= 0, got {value}")
     if args.checkpoint_freq and not args.save_dir:
         fail("--checkpoint-freq needs --save-dir")
+    if args.iterations is not None and args.iterations < 1:
+        fail(f"--iterations must be >= 1, got {args.iterations}")
+    if args.iterations is not None and args.progress_bar and args.total_timesteps is None:
+        fail("--progress-bar counts env steps: give --total-timesteps with --iterations")
+    if args.dry_run and args.resume:
+        fail("--dry-run shows a new run's settings and first prompt; it does not take --resume")
     overrides = config_overrides(args, names)
     env_kwargs = parse_json_kwargs(args.env_kwargs)
 
@@ -177,6 +226,8 @@ def _main(args: argparse.Namespace, names: list[str], state: dict[str, Any]) -> 
         check_env_kwargs(env_id, env_kwargs)
         estimator = overrides.pop("estimator", "gagpo")
         validated_config({"estimator": estimator, **overrides})
+        if args.dry_run:
+            return dry_run(args, env_id, env_kwargs, {"estimator": estimator, **overrides}, state["recipe"])
         try:
             agent = GAGPOAgent(
                 env_id,
@@ -190,13 +241,21 @@ def _main(args: argparse.Namespace, names: list[str], state: dict[str, Any]) -> 
         except (OSError, ValueError) as err:
             fail(str(err).splitlines()[0])
     state["agent"] = agent
+    settings = run_settings(args, agent.env_id, agent.env_kwargs, agent.config.to_dict(), state["recipe"])
+    if state["recipe"]:
+        say(describe(settings, state["recipe"]))
+    if args.save_dir:
+        Path(args.save_dir).mkdir(parents=True, exist_ok=True)
+        (Path(args.save_dir) / "run.json").write_text(json.dumps(settings, indent=1))
 
     if args.until is not None:
         more = max(0, args.until - agent.num_timesteps)
         if not more:
             say(f"already at {agent.num_timesteps} env steps (--until {args.until}): nothing to train")
-    else:
-        more = args.total_timesteps if args.total_timesteps is not None else DEFAULT_TIMESTEPS
+    elif args.total_timesteps is not None:
+        more = args.total_timesteps
+    else:  # --iterations alone bounds the run; without it, the default budget
+        more = sys.maxsize if args.iterations is not None else DEFAULT_TIMESTEPS
     callbacks = []
     if args.checkpoint_freq:
         state["checkpoints"] = Path(args.save_dir) / "checkpoints"
@@ -208,6 +267,7 @@ def _main(args: argparse.Namespace, names: list[str], state: dict[str, Any]) -> 
             progress_bar=args.progress_bar,
             log_interval=args.log_interval,
             reset_num_timesteps=not args.resume,
+            max_iterations=args.iterations,
         )
         say(f"trained to {agent.num_timesteps} env steps in {time.perf_counter() - started:.0f}s")
     if args.save_dir:
@@ -226,6 +286,63 @@ def _main(args: argparse.Namespace, names: list[str], state: dict[str, Any]) -> 
         say(results_table([table_row(agent.config.estimator, metrics, kind)]))
         say(f"\n{table_legend(kind)}")
     agent.env.close()
+    return 0
+
+
+def run_settings(
+    args: argparse.Namespace, env_id: str, env_kwargs: dict[str, Any], config: dict[str, Any], recipe: dict | None
+) -> dict[str, Any]:  # fmt: skip
+    """What this run trains with, as ``run.json`` records it: the recipe, the run keys, the whole config."""
+    run = {"env": env_id, "env_kwargs": env_kwargs, "model": args.model, "iterations": args.iterations,
+           "total_timesteps": args.total_timesteps, "until": args.until}  # fmt: skip
+    return {"recipe": recipe["name"] if recipe else None, "run": run, "config": config,
+            "sources": recipe["sources"] if recipe else {}}  # fmt: skip
+
+
+def describe(settings: dict[str, Any], recipe: dict[str, Any]) -> str:
+    """The recipe's keys as resolved, each with its source, or "(flag)" where a flag replaced the recipe's value."""
+    resolved = {**settings["config"], **settings["run"]}
+    lines = [f"recipe {recipe['name']} (resolved; every value in run.json with --save-dir):"]
+    for key, value in recipe["values"].items():
+        now = resolved.get(key, value)
+        note = "(flag; the recipe: " + json.dumps(value) + ")" if now != value else recipe["sources"].get(key, "")
+        lines.append(f"  {key:<24} {json.dumps(now):<34} {note}")
+    return "\n".join(lines)
+
+
+def dry_run(
+    args: argparse.Namespace, env_id: str, env_kwargs: dict[str, Any], overrides: dict[str, Any], recipe: dict | None
+) -> int:  # fmt: skip
+    """Print the resolved settings and the prompt of task 0's first step. A pretrained model's tokenizer is all
+    that is read (a 7B recipe dry-runs on a laptop); the tiny model and a warm-start prior build the agent, whose
+    prompt settings come from the prior."""
+    from agents.config import GAGPOConfig
+    from agents.env_spec import make_env, text_wrapping
+    from agents.gagpo import GAGPOAgent
+    from agents.models import load_tokenizer
+    from agents.prior import read_prior
+    from wrappers import PromptBuilder
+
+    try:
+        if args.model == "tiny" or read_prior(args.model) is not None:
+            agent = GAGPOAgent(env_id, model=args.model, env_kwargs=env_kwargs, verbose=0, **overrides)
+            config, prompts = agent.config, agent.prompts
+            agent.env.close()
+        else:
+            config = GAGPOConfig(**overrides).resolved(tiny=False)
+            tokenizer = load_tokenizer(args.model)
+            prompts = PromptBuilder(tokenizer, config.action_mode, config.max_prompt_tokens, config.show_admissible)
+        env = make_env(env_id, env_kwargs, text_wrapping(config))
+    except (OSError, ValueError) as err:
+        fail(str(err).splitlines()[0])
+    settings = run_settings(args, env_id, env_kwargs, config.to_dict(), recipe)
+    print(describe(settings, recipe) if recipe else json.dumps(settings["run"]))
+    print("\nconfig: " + json.dumps(settings["config"]))
+    obs, info = env.reset(seed=0)
+    ids = prompts.for_step(obs, info)
+    env.close()
+    print(f"\nprompt of task 0, step 0 ({len(ids)} tokens of at most {config.max_prompt_tokens}):\n")
+    print(prompts.tokenizer.decode(ids))
     return 0
 
 

@@ -1,0 +1,130 @@
+"""The paper's runs as recipes (configs/recipes): every recipe resolves to a valid config with a source for each
+value, flags override it, a dry run shows a real ALFWorld game's first prompt, and every ALFWorld recipe trains one
+iteration on CPU scaled down by flags only (SmolLM2-135M-Instruct, the real games in ../shared/alfworld)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agents.config import GAGPOConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT.parent / "shared" / "alfworld"
+sys.path.insert(0, str(ROOT / "scripts"))
+import common  # noqa: E402
+
+RECIPES = common.recipe_names()
+# The 7B recipes differ from the 1.5B ones in the model alone, which every CPU run replaces: one per estimator, + LoRA.
+ALFWORLD = [name for name in RECIPES if name.startswith("alfworld-") and not name.endswith("-7b")]
+ENVS = ("gagpo_gym/ALFWorld-v0", "gagpo_gym/MiniShop-v0")
+# The scale-down every CPU run of a recipe uses: flags only, the recipe's other values stay.
+CPU = ["--backend", "hf", "--dtype", "float32", "--num-groups", "1", "--group-size", "2", "--max-new-tokens", "8",
+       "--max-prompt-tokens", "160",
+       "--minibatch-size", "4", "--torch-threads", "1", "--iterations", "1", "--quiet"]  # fmt: skip
+GAMES = json.dumps({"split": "valid_unseen", "data_root": str(DATA), "max_episode_steps": 2})
+
+
+def train(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+    command = [sys.executable, str(ROOT / "scripts" / "train.py"), *args]
+    return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def smollm2() -> Path:
+    spec = importlib.util.spec_from_file_location("fetch_smollm2", ROOT / "scripts" / "fetch_smollm2.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.fetch_smollm2()
+
+
+def test_recipes_cover_both_envs_every_estimator_and_both_sizes():
+    for env in ("alfworld", "minishop"):
+        for estimator in ("gagpo", "gigpo", "grpo", "rloo", "ppo"):
+            for size in ("1.5b", "7b"):
+                assert f"{env}-{estimator}-qwen2.5-{size}" in RECIPES
+    assert "alfworld-gagpo-qwen2.5-7b-lora" in RECIPES
+
+
+@pytest.mark.parametrize("name", RECIPES)
+def test_every_recipe_resolves_to_a_valid_config_with_a_source_for_each_value(name: str):
+    values, sources = common.load_recipe(name)
+    config = {k: v for k, v in values.items() if k not in common.RECIPE_RUN_KEYS}
+    GAGPOConfig(**config).resolved(tiny=False)  # every value has its field's type and range
+    assert not set(values) - set(sources), f"{name}: values without a source: {set(values) - set(sources)}"
+    assert values["iterations"] == 150 and values["num_groups"] == 16 and values["group_size"] == 8
+    assert values["model"].startswith("Qwen/Qwen2.5-") and values["env"] in (
+        "gagpo_gym/ALFWorld-v0",
+        "gagpo_gym/MiniShop-v0",
+    )
+    if "estimator" in name:  # the file name says the estimator
+        assert values["estimator"] == name.split("-")[1]
+
+
+def test_a_recipe_takes_its_base_values_and_its_own_win():
+    shop, _ = common.load_recipe("minishop-grpo-qwen2.5-7b")
+    base, _ = common.load_recipe("verl-agent-alfworld")
+    assert shop["estimator"] == "grpo" and base["estimator"] == "gigpo"
+    assert shop["max_prompt_tokens"] == 4096 and base["max_prompt_tokens"] == 2048  # the WebShop base's own value
+    assert shop["gigpo_std_norm"] is False and shop["learning_rate"] == base["learning_rate"] == 1e-6
+    lora, sources = common.load_recipe("alfworld-gagpo-qwen2.5-7b-lora")
+    assert (lora["lora_r"], lora["learning_rate"], lora["kl_coef"]) == (64, 3e-6, 0.0)
+    assert "run_alfworld_lora.sh" in sources["lora_r"]
+
+
+def test_bad_recipes_exit_with_one_readable_line(tmp_path: Path):
+    cases = {
+        "unknown.yaml": ("learning_rat: 1.0e-6\n", "unknown key(s) learning_rat"),
+        "loop.yaml": (f"extends: {tmp_path / 'loop.yaml'}\n", "extends itself"),
+        "list.yaml": ("- 1\n- 2\n", "must be a mapping"),
+        "typed.yaml": ("extends: verl-agent-alfworld\nnum_groups: many\n", "num_groups"),
+    }
+    for file, (text, message) in cases.items():
+        (tmp_path / file).write_text(text)
+        done = train("--recipe", str(tmp_path / file), "--dry-run")
+        assert done.returncode == 2 and done.stderr.strip().startswith("error: ") and message in done.stderr, file
+        assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    done = train("--recipe", "no-such-recipe", "--dry-run")
+    assert done.returncode == 2 and "alfworld-gagpo-qwen2.5-1.5b" in done.stderr  # it names the recipes there are
+
+
+@pytest.mark.skipif(not (DATA / "json_2.1.1" / "valid_unseen").is_dir(), reason="../shared/alfworld is absent")
+def test_dry_run_prints_the_resolved_recipe_and_a_real_games_first_prompt(smollm2: Path):
+    pytest.importorskip("alfworld")
+    games = json.dumps({"split": "valid_unseen", "data_root": str(DATA)})
+    done = train("--recipe", "alfworld-gagpo-qwen2.5-1.5b", "--model", str(smollm2), "--backend", "hf",
+                 "--env-kwargs", games, "--dry-run")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    rows = {line.split()[0]: line for line in out.splitlines() if line.startswith("  ")}
+    assert "run_alfworld.sh: algorithm.gamma=0.95" in rows["gamma"] and "0.95" in rows["gamma"]
+    assert '(flag; the recipe: "vllm")' in rows["backend"] and '"hf"' in rows["backend"]  # the flag won
+    config = json.loads(out.split("\nconfig: ", 1)[1].splitlines()[0])
+    assert config["learning_rate"] == 1e-6 and config["kl_coef"] == 0.01 and config["backend"] == "hf"
+    prompt = out.split("tokens of at most 2048):", 1)[1]
+    assert "<|im_start|>user" in prompt and "Your task is to: " in prompt and "go to " in prompt  # a real game
+    assert "<think> </think>" in prompt and prompt.rstrip().endswith("<|im_start|>assistant")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (DATA / "json_2.1.1" / "valid_unseen").is_dir(), reason="../shared/alfworld is absent")
+@pytest.mark.parametrize("name", ALFWORLD)
+def test_every_alfworld_recipe_trains_one_iteration_on_cpu(name: str, smollm2: Path, tmp_path: Path):
+    pytest.importorskip("alfworld")
+    if "lora" in name:
+        pytest.importorskip("peft")
+    done = train("--recipe", name, "--model", str(smollm2), "--env-kwargs", GAMES, *CPU, "--save-dir", str(tmp_path))
+    assert done.returncode == 0, done.stderr[-3000:]
+    settings = json.loads((tmp_path / "run.json").read_text())
+    assert settings["recipe"] == name and settings["run"]["iterations"] == 1  # the flag over the recipe's 150
+    assert settings["config"]["kl_coef"] == (0.0 if "lora" in name else 0.01) and settings["config"]["n_epochs"] == 1
+    saved = json.loads((tmp_path / "final" / "agent.json").read_text())
+    assert saved["iteration"] == 1 and saved["num_timesteps"] >= 2  # one iteration: 2 episodes of 1-2 steps
+    assert saved["config"]["estimator"] == name.split("-")[1] and saved["config"]["history_length"] == 2
