@@ -1003,3 +1003,14 @@ def test_sampled_evaluation_leaves_training_alone_and_plays_each_task_the_same_i
     assert len(lengths) > 1  # the panel is not trivially the same everywhere
     other = GAGPOAgent("gagpo_gym/Maze-v0", seed=6, **SMALL).evaluate(n_tasks=6, deterministic=False, episodes=True)
     assert other["episodes"] != whole["episodes"]  # another agent seed, other draws
+
+
+def test_learn_stops_after_max_iterations_whatever_the_step_budget():
+    agent = make_agent()
+    agent.learn(10**9, max_iterations=2)
+    assert agent.iteration == 2 and 0 < agent.num_timesteps < 10**9
+    steps = agent.num_timesteps
+    agent.learn(1, reset_num_timesteps=False, max_iterations=5)  # the step budget comes first: one iteration
+    assert agent.iteration == 3 and agent.num_timesteps > steps
+    with pytest.raises(ValueError, match="max_iterations"):
+        agent.learn(100, max_iterations=0)
