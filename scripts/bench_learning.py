@@ -58,6 +58,7 @@ class EnvSetup:
     note: str = ""
     budget: dict[str, dict[str, Any]] = field(default_factory=dict)  # preset name -> overrides for this env
     prior: dict[str, Any] = field(default_factory=dict)  # warm-start recipe (agents.warm_start); empty: from scratch
+    prior_path: str = ""  # a committed warm-start folder (relative to the repo) used as it is, instead of a recipe
 
 
 #: Named benchmark envs: small instances and a finite task pool, so that a tiny model trained from scratch learns
@@ -100,6 +101,17 @@ ENVS: dict[str, EnvSetup] = {
         note="small houses, all six task types, one house and task per seed, 30-step limit; 64 training tasks",
         prior={"episodes": 600, "epsilon": 0.2, "epochs": 10},
         budget={"paper": {"total_steps": 6000, "eval_every": 2000}},
+    ),
+    # The sim-to-real setting: full-size houses, a fresh house and task for every group, from the committed prior
+    # that imitates the searching expert (results/priors/README.md), one epoch per update (results/throughput/).
+    "minihouse-full": EnvSetup(
+        "gagpo_gym/MiniHouse-v0",
+        {"size": "full"},
+        {"num_groups": 4, "group_size": 4, "task_pool": 0, "n_epochs": 1},
+        bar=0.75,
+        note="full-size houses (the sim-to-real setting), all six task types, a fresh house and task per group",
+        prior_path="results/priors/minihouse-full-search",
+        budget={"paper": {"total_steps": 20000, "eval_every": 2000, "seeds": [0, 1, 2]}},
     ),
 }  # fmt: skip
 
@@ -201,8 +213,8 @@ def run_one(spec: RunSpec) -> dict[str, Any]:
     agent.set_logger(Logger(folder=None, output_formats=[recorder]))
     build_s = time.perf_counter() - started
     extra = {}
-    if spec.eval_offset:  # held-out panel: also the training tasks, to tell learning from generalising
-        n_train = min(spec.eval_tasks, agent.config.task_pool or spec.eval_tasks)
+    if spec.eval_offset and agent.config.task_pool:  # held-out panel: also the training tasks, learning vs generalising
+        n_train = min(spec.eval_tasks, agent.config.task_pool)
         extra["train"] = {"n_tasks": n_train, "batch_size": min(n_train, 50), "deterministic": True, "seed_offset": 0}
     evaluation = PanelEvaluation(
         spec.eval_every, spec.eval_tasks, deterministic=not spec.sampled_eval, batch_size=min(spec.eval_tasks, 50),
@@ -212,7 +224,7 @@ def run_one(spec: RunSpec) -> dict[str, Any]:
     agent.learn(spec.total_steps, callback=evaluation, log_interval=1)
     wall = time.perf_counter() - started
     curve = [
-        {"target_steps": target, **_curve_point(point, spec.eval_offset),
+        {"target_steps": target, **_curve_point(point),
          "wall_s": learn_started - started + point["elapsed_s"]}
         for target, point in _points_due(evaluation.history, spec.total_steps, spec.eval_every)
     ]  # fmt: skip
@@ -235,12 +247,12 @@ def _points_due(history: list[dict[str, Any]], total: int, every: int) -> list[t
     return [(t, next(p for p in history if p["steps"] >= t)) for t in targets]
 
 
-def _curve_point(point: dict[str, Any], eval_offset: int) -> dict[str, Any]:
+def _curve_point(point: dict[str, Any]) -> dict[str, Any]:
     out = {
         "steps": point["steps"], "success": point["success_rate"], "score": point["score"],
         "mean_length": point["mean_length"], "invalid_rate": point["invalid_rate"],
     }  # fmt: skip
-    if eval_offset:
+    if "train/success_rate" in point:  # a held-out panel beside a finite training pool
         out["train_success"] = point["train/success_rate"]
     return out
 
@@ -546,7 +558,7 @@ def main(argv: list[str] | None = None) -> int:
         for key in ("total_steps", "eval_every", "eval_tasks", "seeds"):
             if getattr(args, key) is not None:
                 budget[key] = getattr(args, key)
-        if budget.get("heldout") and not setup.prior:
+        if budget.get("heldout") and not (setup.prior or setup.prior_path):
             fail(f"--paper starts from a warm-start prior: {name} has none (use one of {_with_prior()})")
         model = build_prior(name, setup, overrides) if budget.get("heldout") else "tiny"
         specs, labels = _runs_for(name, setup, args, overrides, budget, model)
@@ -574,14 +586,20 @@ def _parse_variants(specs: list[str]) -> list[tuple[str, dict[str, Any]]]:
 
 
 def _with_prior() -> list[str]:
-    return sorted(name for name, setup in ENVS.items() if setup.prior)
+    return sorted(name for name, setup in ENVS.items() if setup.prior or setup.prior_path)
 
 
 def build_prior(name: str, setup: EnvSetup, overrides: dict[str, Any]) -> str:
-    """The env setup's warm-start prior at priors/<name>, built once (reused while its recipe is unchanged)."""
+    """The env setup's committed prior, or its warm-start prior at priors/<name>, built once (reused while its
+    recipe is unchanged)."""
     from agents.prior import read_prior, update_prior
     from agents.warm_start import warm_start
 
+    if setup.prior_path:
+        if read_prior(ROOT / setup.prior_path) is None:
+            fail(f"{name}: the committed prior {setup.prior_path} is missing (no prior.json there)")
+        print(f"== {name}: the committed prior {setup.prior_path}", flush=True)
+        return str(ROOT / setup.prior_path)
     path = ROOT / "priors" / name
     shaping = {k: v for k, v in {**setup.config, **overrides}.items() if k in PRIOR_SHAPING}
     recipe = {"env_id": setup.env_id, "env_kwargs": setup.env_kwargs, **setup.prior, **shaping}
@@ -641,11 +659,11 @@ def write_outputs(
             f"- task pool: training draws tasks 0..{pool - 1} only (a finite training set, as ALFWorld's list of "
             f"training games); the panel is {'tasks never trained on' if offset else 'those tasks'}\n"
             if pool
-            else "- tasks: a fresh task for every rollout group; the panel is tasks 0..N-1\n"
+            else "- tasks: a fresh task for every rollout group\n"
         )
         + f"- evaluation: {mode} actions on {panel}{offset}..{offset + first['eval_tasks'] - 1}, each once, every "
         f"{budget['eval_every']} env steps; success bar {bar:g}"
-        + (f" (training tasks: {setup.train_bar:g})" if offset else "")
+        + (f" (training tasks: {setup.train_bar:g})" if offset and pool else "")
         + "\n"
         f"- wall time: {elapsed:.0f}s for all runs ({os.cpu_count()} CPUs, torch threads 1, jobs {args.jobs})\n"
     )

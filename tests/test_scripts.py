@@ -503,3 +503,22 @@ def test_bench_throughput_micro_run_reports_steps_flops_and_the_peak(tmp_path):
     (row,) = parse_table(stdout)
     assert row["setting"] == "maze" and float(row["steps/s"]) > 0 and row["% peak"] != "n/a"
     assert (tmp_path / "t.md").read_text() == stdout
+
+
+def test_bench_learning_paper_preset_fine_tunes_the_committed_full_house_prior(tmp_path):
+    prior = ROOT / "results" / "priors" / "minihouse-full-search"
+    assert (prior / "prior.json").is_file() and (prior / "model.safetensors").is_file()
+    result = run(
+        "bench_learning.py", "--paper", "--envs", "minihouse-full", "--estimators", "gagpo", "--seeds", "0",
+        "--total-steps", "30", "--eval-every", "30", "--eval-tasks", "2", "--num-groups", "1", "--group-size", "2",
+        "--out", str(tmp_path), timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "the committed prior results/priors/minihouse-full-search" in result.stdout
+    (run_,) = json.loads((tmp_path / "learning_minihouse-full.json").read_text())["runs"]
+    assert run_["model"] == str(prior) and run_["eval_offset"] == 100_000  # held-out houses, never trained on
+    assert (
+        run_["config"]["task_pool"] == 0 and run_["config"]["n_epochs"] == 1 and run_["config"]["history_length"] == 4
+    )
+    assert "train_success" not in run_["curve"][0]  # fresh tasks: no training-task panel to tell apart
+    assert "a fresh task for every rollout group" in (tmp_path / "learning_minihouse-full.md").read_text()
