@@ -73,13 +73,17 @@ class PanelEvaluation(BaseCallback):
 
     ``extra_panels``: more panels played at the same points, by name: keyword arguments of ``evaluate`` that
     replace the main panel's, e.g. the training tasks next to a held-out panel,
-    ``{"train": {"n_tasks": 8, "seed_offset": 0}}``.
+    ``{"train": {"n_tasks": 8, "seed_offset": 0}}``. ``unit="iterations"`` counts ``eval_freq`` in iterations
+    instead of env steps (verl-agent validates every 5 iterations); ``temperature`` is the sampled panels'
+    (``deterministic=False``; None: the training temperature).
 
     Each evaluation records ``eval/success_rate``, ``eval/score``, ``eval/mean_length`` and ``eval/invalid_rate``
-    (an extra panel ``name``: ``eval/<name>/success_rate`` and so on) in the agent's logger and dumps it at the
+    (an extra panel ``name``: ``eval/<name>/success_rate`` and so on), the main panel's success per task type
+    (``eval/type/<type>``, where the env reports task types) in the agent's logger and dumps it at the
     agent's ``num_timesteps``, as SB3's ``EvalCallback`` does; and appends to :attr:`history` a dict: ``steps``
     (the agent's ``num_timesteps``), ``target_steps`` (the point it stands for: the last multiple of ``eval_freq``
-    passed, the training's total steps at the end, the steps it started from at the start), those four metrics,
+    passed, the training's total steps at the end, the steps it started from at the start; with
+    ``unit="iterations"`` that multiple in iterations), ``iteration``, those four metrics, ``type/<type>``,
     ``<name>/<metric>`` for the extra panels, ``seconds`` (the time the panels took) and ``elapsed_s`` (seconds since
     the first training start, evaluations included). :attr:`last` holds the main panel's full
     :meth:`~agents.gagpo.GAGPOAgent.evaluate` result. Sampled evaluations draw from streams of their own (one per
@@ -100,15 +104,19 @@ class PanelEvaluation(BaseCallback):
         env_kwargs: dict[str, Any] | None = None,
         extra_panels: dict[str, dict[str, Any]] | None = None,
         eval_at_start: bool = True,
+        unit: str = "steps",
+        temperature: float | None = None,
         verbose: int = 0,
     ) -> None:
         super().__init__(verbose=verbose)
         if eval_freq < 1 or n_tasks < 1:
             raise ValueError(f"eval_freq and n_tasks must be >= 1, got {eval_freq} and {n_tasks}")
-        self.eval_freq = int(eval_freq)
+        if unit not in ("steps", "iterations"):
+            raise ValueError(f"unit must be 'steps' or 'iterations', got {unit!r}")
+        self.eval_freq, self.unit = int(eval_freq), unit
         self.panel: dict[str, Any] = {
             "env": env, "n_tasks": int(n_tasks), "seed_offset": seed_offset, "deterministic": deterministic,
-            "batch_size": batch_size, "env_kwargs": env_kwargs,
+            "batch_size": batch_size, "env_kwargs": env_kwargs, "temperature": temperature,
         }  # fmt: skip
         for name, kwargs in (extra_panels or {}).items():
             if unknown := set(kwargs) - set(self.panel):
@@ -121,37 +129,43 @@ class PanelEvaluation(BaseCallback):
         self._total = 0
         self._started: float | None = None
 
+    def _count(self) -> int:
+        """Where training is, in the unit of ``eval_freq``."""
+        return self.model.iteration if self.unit == "iterations" else self.model.num_timesteps
+
     def _on_training_start(self) -> None:
         if self._started is None:
             self._started = time.perf_counter()
-        steps = self.model.num_timesteps
-        self._total = int(self.locals.get("total_timesteps", steps))
-        self._next = (steps // self.eval_freq + 1) * self.eval_freq
+        count = self._count()
+        # The step budget marks the end in env steps only (an iteration budget ends where the last one ends).
+        self._total = int(self.locals.get("total_timesteps", count)) if self.unit == "steps" else count
+        self._next = (count // self.eval_freq + 1) * self.eval_freq
         if self.eval_at_start:
-            self._evaluate(steps)
+            self._evaluate(count)
 
     def _on_step(self) -> bool:
         return True
 
     def _on_rollout_start(self) -> None:
-        steps = self.model.num_timesteps
-        if steps >= self._next:
-            self._evaluate(steps // self.eval_freq * self.eval_freq)
+        count = self._count()
+        if count >= self._next:
+            self._evaluate(count // self.eval_freq * self.eval_freq)
 
     def _on_training_end(self) -> None:
-        steps = self.model.num_timesteps
-        due = [steps // self.eval_freq * self.eval_freq, *([self._total] if steps >= self._total else [])]
+        count = self._count()
+        due = [count // self.eval_freq * self.eval_freq, *([self._total] if count >= self._total else [])]
         self._evaluate(max(due))
 
     def _evaluate(self, target: int) -> None:
         steps = self.model.num_timesteps
-        self._next = (steps // self.eval_freq + 1) * self.eval_freq
+        self._next = (self._count() // self.eval_freq + 1) * self.eval_freq
         if self.history and self.history[-1]["steps"] == steps:
             return
         t0 = time.perf_counter()
         self.last = self.model.evaluate(**self.panel)
-        point: dict[str, Any] = {"steps": steps, "target_steps": int(target)}
+        point: dict[str, Any] = {"steps": steps, "target_steps": int(target), "iteration": self.model.iteration}
         point.update({k: float(self.last[k]) for k in self.METRICS})
+        point.update({f"type/{t}": float(v) for t, v in self.last.get("per_type", {}).items()})
         for name, kwargs in self.extra_panels.items():
             metrics = self.model.evaluate(**kwargs)
             point.update({f"{name}/{k}": float(metrics[k]) for k in self.METRICS})
@@ -159,7 +173,7 @@ class PanelEvaluation(BaseCallback):
         point["elapsed_s"] = time.perf_counter() - (self._started or t0)
         self.history.append(point)
         for key, value in point.items():
-            if key not in ("steps", "target_steps", "seconds", "elapsed_s"):
+            if key not in ("steps", "target_steps", "iteration", "seconds", "elapsed_s"):
                 self.logger.record(f"eval/{key}", value)
         self.logger.record("time/eval_s", point["seconds"])
         self.logger.record("time/total_timesteps", steps, exclude="tensorboard")

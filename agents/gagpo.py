@@ -326,12 +326,14 @@ class GAGPOAgent:
     def evaluate(
         self, env: str | None = None, n_tasks: int = 50, *, deterministic: bool = True, batch_size: int = 16,
         seed_offset: int = 0, env_kwargs: dict[str, Any] | None = None, episodes: bool = False, workers: int = 0,
+        temperature: float | None = None,
     ) -> dict[str, Any]:  # fmt: skip
         """Play a fixed panel of tasks (seeds ``seed_offset .. seed_offset + n_tasks - 1``), each once.
 
         Sampled actions (``deterministic=False``) draw from streams of their own, one per (agent seed, task,
         step): evaluating never changes the draws of the training that follows, and a task plays the same in any
-        panel. Returns success rate, score, mean return, mean length, invalid rate and per-task-type success;
+        panel. They sample at ``temperature`` (None: the training temperature; verl-agent validates at 0.4).
+        Returns success rate, score, mean return, mean length, invalid rate and per-task-type success;
         ``episodes=True`` adds one row per episode; ``workers >= 2`` steps the envs in that many processes
         (:func:`~agents.evaluation.run_panel`; the same results).
         """
@@ -347,11 +349,14 @@ class GAGPOAgent:
                 steps[t] = steps.get(t, 0) + 1
             return self._act(obs, infos, [x.get("history", []) for x in infos], deterministic, seeds)
 
-        return run_panel(
-            act,
-            spec.factory(text_wrapping(self.config)), n_tasks, batch_size=batch_size, seed_offset=seed_offset,
-            episodes=episodes, workers=workers,
-        )  # fmt: skip
+        if temperature is not None and not temperature > 0:
+            raise ValueError(f"temperature must be > 0, got {temperature}")
+        with self.policy.sampling_at(None if deterministic else temperature):
+            return run_panel(
+                act,
+                spec.factory(text_wrapping(self.config)), n_tasks, batch_size=batch_size, seed_offset=seed_offset,
+                episodes=episodes, workers=workers,
+            )  # fmt: skip
 
     # ----- persistence ----------------------------------------------------------------------------------
     def mark_boundary(self) -> None:

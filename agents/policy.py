@@ -21,6 +21,7 @@ so a 150k-token vocabulary costs one chunk of memory, not one row per token.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -366,6 +367,16 @@ class LLMPolicy(nn.Module):
         self.forward_core: nn.Module = self.core
         self.backend: GenerationBackend = backend or HFGenerationBackend(model, tokenizer, self.precision)
         self._action_tokens: dict[str, list[int]] = {}
+
+    @contextlib.contextmanager
+    def sampling_at(self, temperature: float | None):
+        """Sample (and score) at ``temperature`` inside the block, the policy's own outside it (None: unchanged)."""
+        own = self.temperature
+        self.temperature = own if temperature is None else float(temperature)
+        try:
+            yield
+        finally:
+            self.temperature = own
 
     @property
     def model(self) -> nn.Module:

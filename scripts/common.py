@@ -326,7 +326,10 @@ def validated_config(values: dict[str, Any]) -> Any:
 # ----- recipes ----------------------------------------------------------------------------------------------
 RECIPES = ROOT / "configs" / "recipes"
 #: Recipe keys that are run settings of scripts/train.py rather than GAGPOConfig fields.
-RECIPE_RUN_KEYS = ("env", "env_kwargs", "model", "iterations", "total_timesteps")
+RECIPE_RUN_KEYS = (
+    "env", "env_kwargs", "model", "iterations", "total_timesteps", "eval_tasks", "eval_freq", "eval_split",
+    "eval_temperature",
+)  # fmt: skip
 
 
 def recipe_names() -> list[str]:

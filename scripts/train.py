@@ -110,6 +110,23 @@ def build_parser() -> tuple[argparse.ArgumentParser, list[str]]:
         "--progress-bar", action="store_true", help="progress bar on stderr: env steps done / total, time left, steps/s"
     )
     run.add_argument("--eval-tasks", type=int, default=0, help="evaluate on tasks 0..N-1 at the end (0: skip)")
+    run.add_argument(
+        "--eval-freq",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also evaluate the --eval-tasks panel every N iterations while training, and before the first "
+        "(eval/* in the logs, per task type too; 0: only at the end)",
+    )
+    run.add_argument(
+        "--eval-split", default=None, help="the env's split to evaluate on (ALFWorld: valid_seen, valid_unseen)"
+    )
+    run.add_argument(
+        "--eval-temperature",
+        type=float,
+        default=None,
+        help="evaluate with actions sampled at this temperature (verl-agent: 0.4); default: greedy",
+    )
     run.add_argument("--quiet", action="store_true", help="no per-iteration log table on stdout")
     names = add_config_arguments(parser)
     return parser, names
@@ -175,9 +192,15 @@ def _main(args: argparse.Namespace, names: list[str], state: dict[str, Any]) -> 
         fail(f"--until must be >= 1, got {args.until}")
     if args.log_interval < 1:
         fail(f"--log-interval must be >= 1, got {args.log_interval}")
-    for flag, value in (("--checkpoint-freq", args.checkpoint_freq), ("--eval-tasks", args.eval_tasks)):
+    for flag, value in (
+        ("--checkpoint-freq", args.checkpoint_freq), ("--eval-tasks", args.eval_tasks), ("--eval-freq", args.eval_freq)
+    ):  # fmt: skip
         if value < 0:
             fail(f"{flag} must be >= 0, got {value}")
+    if args.eval_freq and not args.eval_tasks:
+        fail("--eval-freq needs --eval-tasks (the panel's size)")
+    if args.eval_temperature is not None and not args.eval_temperature > 0:
+        fail(f"--eval-temperature must be > 0, got {args.eval_temperature}")
     if args.checkpoint_freq and not args.save_dir:
         fail("--checkpoint-freq needs --save-dir")
     if args.iterations is not None and args.iterations < 1:
@@ -189,7 +212,7 @@ def _main(args: argparse.Namespace, names: list[str], state: dict[str, Any]) -> 
     overrides = config_overrides(args, names)
     env_kwargs = parse_json_kwargs(args.env_kwargs)
 
-    from agents.callbacks import IterationCheckpoint
+    from agents.callbacks import IterationCheckpoint, PanelEvaluation
     from agents.checkpoint import AGENT_FILE
     from agents.env_spec import make_env
     from agents.gagpo import GAGPOAgent
@@ -260,6 +283,9 @@ def _main(args: argparse.Namespace, names: list[str], state: dict[str, Any]) -> 
     if args.checkpoint_freq:
         state["checkpoints"] = Path(args.save_dir) / "checkpoints"
         callbacks.append(IterationCheckpoint(args.checkpoint_freq, str(state["checkpoints"])))
+    panel = eval_panel(args, agent)
+    if args.eval_freq:
+        callbacks.append(PanelEvaluation(args.eval_freq, unit="iterations", verbose=verbose, **panel))
     if more:
         agent.learn(
             more,
@@ -280,13 +306,25 @@ def _main(args: argparse.Namespace, names: list[str], state: dict[str, Any]) -> 
 
         bar = ProgressBar(args.eval_tasks, "evaluation", unit="task", enabled=args.progress_bar)
         with bar, panel_progress(bar.advance):
-            metrics = agent.evaluate(n_tasks=args.eval_tasks, episodes=True)
+            metrics = agent.evaluate(episodes=True, **panel)
         kind = table_kind(agent.env_id)
-        say(f"\nEvaluation on {agent.env_id} {agent.env_kwargs or ''} tasks 0..{args.eval_tasks - 1} (greedy):\n")
+        how = "greedy" if args.eval_temperature is None else f"sampled at temperature {args.eval_temperature:g}"
+        kwargs = panel.get("env_kwargs", agent.env_kwargs)
+        say(f"\nEvaluation on {agent.env_id} {kwargs or ''} tasks 0..{args.eval_tasks - 1} ({how}):\n")
         say(results_table([table_row(agent.config.estimator, metrics, kind)]))
         say(f"\n{table_legend(kind)}")
     agent.env.close()
     return 0
+
+
+def eval_panel(args: argparse.Namespace, agent: Any) -> dict[str, Any]:
+    """The evaluation panel's evaluate() arguments: --eval-tasks tasks of the agent's env (--eval-split's split),
+    greedy or sampled at --eval-temperature."""
+    split = {}  # the agent's own env spec (its wrappers too), unless another split is asked for
+    if args.eval_split:
+        split = {"env": agent.env_id, "env_kwargs": {**agent.env_kwargs, "split": args.eval_split}}
+    return {**split, "n_tasks": max(args.eval_tasks, 1), "deterministic": args.eval_temperature is None,
+            "temperature": args.eval_temperature}  # fmt: skip
 
 
 def run_settings(
@@ -294,7 +332,9 @@ def run_settings(
 ) -> dict[str, Any]:  # fmt: skip
     """What this run trains with, as ``run.json`` records it: the recipe, the run keys, the whole config."""
     run = {"env": env_id, "env_kwargs": env_kwargs, "model": args.model, "iterations": args.iterations,
-           "total_timesteps": args.total_timesteps, "until": args.until}  # fmt: skip
+           "total_timesteps": args.total_timesteps, "until": args.until, "eval_tasks": args.eval_tasks,
+           "eval_freq": args.eval_freq, "eval_split": args.eval_split,
+           "eval_temperature": args.eval_temperature}  # fmt: skip
     return {"recipe": recipe["name"] if recipe else None, "run": run, "config": config,
             "sources": recipe["sources"] if recipe else {}}  # fmt: skip
 

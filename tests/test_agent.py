@@ -1014,3 +1014,23 @@ def test_learn_stops_after_max_iterations_whatever_the_step_budget():
     assert agent.iteration == 3 and agent.num_timesteps > steps
     with pytest.raises(ValueError, match="max_iterations"):
         agent.learn(100, max_iterations=0)
+
+
+def test_panel_evaluation_counts_iterations_and_samples_at_its_temperature():
+    agent = make_agent()
+    evaluation = PanelEvaluation(2, 4, batch_size=4, unit="iterations", deterministic=False, temperature=1e-3)
+    agent.learn(10**9, callback=evaluation, max_iterations=5)
+    # Before the first iteration, after the 2nd and the 4th, and at the end (the 5th).
+    assert [p["iteration"] for p in evaluation.history] == [0, 2, 4, 5]
+    assert [p["target_steps"] for p in evaluation.history] == [0, 2, 4, 4]
+    assert agent.policy.temperature == 1.0  # the panel's temperature lasts as long as the panel
+    # Sampled at a near-zero temperature, a panel plays as the greedy one; at the training temperature it does not.
+    greedy = agent.evaluate(n_tasks=6, episodes=True)
+    cold = agent.evaluate(n_tasks=6, episodes=True, deterministic=False, temperature=1e-3)
+    warm = agent.evaluate(n_tasks=6, episodes=True, deterministic=False)
+    assert [e["length"] for e in cold["episodes"]] == [e["length"] for e in greedy["episodes"]]
+    assert cold["success_rate"] == greedy["success_rate"] and warm["episodes"] != greedy["episodes"]
+    with pytest.raises(ValueError, match="temperature"):
+        agent.evaluate(n_tasks=2, deterministic=False, temperature=0.0)
+    with pytest.raises(ValueError, match="unit"):
+        PanelEvaluation(2, 4, unit="epochs")
