@@ -79,20 +79,23 @@ def test_a_recipe_takes_its_base_values_and_its_own_win():
     assert "run_alfworld_lora.sh" in sources["lora_r"]
 
 
-def test_bad_recipes_exit_with_one_readable_line(tmp_path: Path):
+def test_bad_recipes_exit_with_one_readable_line(tmp_path: Path, capsys: pytest.CaptureFixture):
     cases = {
         "unknown.yaml": ("learning_rat: 1.0e-6\n", "unknown key(s) learning_rat"),
         "loop.yaml": (f"extends: {tmp_path / 'loop.yaml'}\n", "extends itself"),
         "list.yaml": ("- 1\n- 2\n", "must be a mapping"),
         "typed.yaml": ("extends: verl-agent-alfworld\nnum_groups: many\n", "num_groups"),
+        "broken.yaml": ("num_groups: [1\n", "not valid YAML"),
     }
     for file, (text, message) in cases.items():
         (tmp_path / file).write_text(text)
-        done = train("--recipe", str(tmp_path / file), "--dry-run")
-        assert done.returncode == 2 and done.stderr.strip().startswith("error: ") and message in done.stderr, file
-        assert len(done.stderr.strip().splitlines()) == 1, done.stderr
-    done = train("--recipe", "no-such-recipe", "--dry-run")
-    assert done.returncode == 2 and "alfworld-gagpo-qwen2.5-1.5b" in done.stderr  # it names the recipes there are
+        with pytest.raises(SystemExit) as exit_info:
+            common.load_recipe(str(tmp_path / file))
+        err = capsys.readouterr().err
+        assert exit_info.value.code == 2 and err.startswith("error: ") and message in err, (file, err)
+        assert len(err.strip().splitlines()) == 1, err
+    done = train("--recipe", "no-such-recipe", "--dry-run")  # through the script: one line, the recipes named
+    assert done.returncode == 2 and done.stderr.startswith("error: ") and "alfworld-gagpo-qwen2.5-1.5b" in done.stderr
 
 
 @pytest.mark.skipif(not (DATA / "json_2.1.1" / "valid_unseen").is_dir(), reason="../shared/alfworld is absent")
