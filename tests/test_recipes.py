@@ -4,7 +4,6 @@ iteration on CPU scaled down by flags only (SmolLM2-135M-Instruct, the real game
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -12,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from agent_helpers import fetch_smollm2
 
 from agents.config import GAGPOConfig
 
@@ -39,10 +39,7 @@ def train(*args: str) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def smollm2() -> Path:
-    spec = importlib.util.spec_from_file_location("fetch_smollm2", ROOT / "scripts" / "fetch_smollm2.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.fetch_smollm2()
+    return fetch_smollm2()
 
 
 def test_recipes_cover_both_envs_every_estimator_and_both_sizes():

@@ -4,13 +4,12 @@ gradient checkpointing and bf16 autocast in both action modes."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-from agent_helpers import Capture
+from agent_helpers import Capture, fetch_smollm2
 from stable_baselines3.common.logger import Logger
 
 from agents import GAGPOAgent
@@ -26,10 +25,7 @@ SMALL: dict[str, Any] = {
 
 @pytest.fixture(scope="module")
 def smollm2() -> Path:
-    spec = importlib.util.spec_from_file_location("fetch_smollm2", ROOT / "scripts" / "fetch_smollm2.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.fetch_smollm2()
+    return fetch_smollm2()
 
 
 def first_observations(agent: GAGPOAgent) -> tuple[list[str], list[dict]]:
