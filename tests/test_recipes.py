@@ -1,6 +1,7 @@
 """The paper's runs as recipes (configs/recipes): every recipe resolves to a valid config with a source for each
 value, flags override it, a dry run shows a real ALFWorld game's first prompt, and every ALFWorld recipe trains one
-iteration on CPU scaled down by flags only (SmolLM2-135M-Instruct, the real games in ../shared/alfworld)."""
+iteration on CPU scaled down by flags only (tests/test_recipe_runs.py: a file of its own, so that xdist runs it
+beside this one)."""
 
 from __future__ import annotations
 
@@ -111,31 +112,3 @@ def test_dry_run_prints_the_resolved_recipe_and_a_real_games_first_prompt(smollm
     prompt = out.split("tokens of at most 2048):", 1)[1]
     assert "<|im_start|>user" in prompt and "Your task is to: " in prompt and "go to " in prompt  # a real game
     assert "<think> </think>" in prompt and prompt.rstrip().endswith("<|im_start|>assistant")
-
-
-@pytest.mark.slow
-@pytest.mark.skipif(not (DATA / "json_2.1.1" / "valid_unseen").is_dir(), reason="../shared/alfworld is absent")
-@pytest.mark.parametrize("name", ALFWORLD)
-def test_every_alfworld_recipe_trains_one_iteration_on_cpu(name: str, smollm2: Path, tmp_path: Path):
-    pytest.importorskip("alfworld")
-    if "lora" in name:
-        pytest.importorskip("peft")
-    # The validation panel: 2 games (the recipe's 128 are too many here) of valid_unseen, sampled at 0.4, before
-    # the first iteration and after the last, in one recipe; the others skip it.
-    panel = (
-        ["--eval-tasks", "2"] if name == "alfworld-gagpo-qwen2.5-1.5b" else ["--eval-tasks", "0", "--eval-freq", "0"]
-    )
-    done = train("--recipe", name, "--model", str(smollm2), "--env-kwargs", GAMES, *CPU, *panel,
-                 "--save-dir", str(tmp_path), "--log-dir", str(tmp_path / "logs"))  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    settings = json.loads((tmp_path / "run.json").read_text())
-    assert settings["recipe"] == name and settings["run"]["iterations"] == 1  # the flag over the recipe's 150
-    if panel[1] == "2":
-        assert settings["run"]["eval_split"] == "valid_unseen" and settings["run"]["eval_temperature"] == 0.4
-        assert "tasks 0..1 (sampled at temperature 0.4)" in done.stdout
-        logged = (tmp_path / "logs" / "progress.csv").read_text().splitlines()[0].split(",")
-        assert "eval/success_rate" in logged and any(k.startswith("eval/type/") for k in logged)
-    assert settings["config"]["kl_coef"] == (0.0 if "lora" in name else 0.01) and settings["config"]["n_epochs"] == 1
-    saved = json.loads((tmp_path / "final" / "agent.json").read_text())
-    assert saved["iteration"] == 1 and saved["num_timesteps"] >= 2  # one iteration: 2 episodes of 1-2 steps
-    assert saved["config"]["estimator"] == name.split("-")[1] and saved["config"]["history_length"] == 2
