@@ -30,7 +30,7 @@ from agents.callbacks import default_logger, init_callback
 from agents.checkpoint import quiet_hub
 from agents.config import GAGPOConfig
 from agents.distributed import Distributed
-from agents.env_spec import EnvSpec, text_wrapping
+from agents.env_spec import EnvSpec, prompt_builder, text_wrapping
 from agents.evaluation import run_panel
 from agents.models import TINY_KINDS, Models, ModelSource, Restore, build_models
 from agents.policy import PolicyCore
@@ -39,7 +39,7 @@ from agents.prior import prior_defaults, read_prior
 from agents.rollout import RolloutCollector, panel_action_seed
 from agents.tiny import collect_env_text
 from agents.update import PolicyUpdate
-from wrappers import GroupedVectorEnv, PlaceMemory, PromptBuilder, extract_action
+from wrappers import GroupedVectorEnv, PlaceMemory, extract_action
 
 
 class GAGPOAgent:
@@ -116,9 +116,7 @@ class GAGPOAgent:
         self.policy, self.reference = models.policy, models.reference
         self.reference_core = PolicyCore(self.reference) if self.reference is not None else None
         self.precision = self.policy.precision
-        self.prompts = PromptBuilder(
-            self.policy.tokenizer, c.action_mode, c.max_prompt_tokens, show_admissible=c.show_admissible
-        )
+        self.prompts = prompt_builder(self.policy.tokenizer, c)
         self.policy.forward_core = self.dist.prepare(self.policy.core)
         params = [p for p in self.policy.forward_core.parameters() if p.requires_grad]
         optimizer = torch.optim.AdamW(params, lr=c.learning_rate, weight_decay=c.weight_decay)

@@ -60,6 +60,10 @@ class EnvSetup:
     prior: dict[str, Any] = field(default_factory=dict)  # warm-start recipe (agents.warm_start); empty: from scratch
     prior_path: str = ""  # a committed warm-start folder (relative to the repo) used as it is, instead of a recipe
 
+    @property
+    def has_prior(self) -> bool:
+        return bool(self.prior or self.prior_path)
+
 
 #: Named benchmark envs: small instances and a finite task pool, so that a tiny model trained from scratch learns
 #: within a CPU budget (on a fresh 4x4 maze per group, GAGPO's sampled success went only 0.36 -> 0.53 in 40k steps).
@@ -560,7 +564,7 @@ def main(argv: list[str] | None = None) -> int:
         for key in ("total_steps", "eval_every", "eval_tasks", "seeds"):
             if getattr(args, key) is not None:
                 budget[key] = getattr(args, key)
-        if budget.get("heldout") and not (setup.prior or setup.prior_path):
+        if budget.get("heldout") and not setup.has_prior:
             fail(f"--paper starts from a warm-start prior: {name} has none (use one of {_with_prior()})")
         model = build_prior(name, setup, overrides) if budget.get("heldout") else "tiny"
         specs, labels = _runs_for(name, setup, args, overrides, budget, model)
@@ -588,7 +592,7 @@ def _parse_variants(specs: list[str]) -> list[tuple[str, dict[str, Any]]]:
 
 
 def _with_prior() -> list[str]:
-    return sorted(name for name, setup in ENVS.items() if setup.prior or setup.prior_path)
+    return sorted(name for name, setup in ENVS.items() if setup.has_prior)
 
 
 def build_prior(name: str, setup: EnvSetup, overrides: dict[str, Any]) -> str:

@@ -350,7 +350,7 @@ def load_recipe(name: str) -> tuple[dict[str, Any], dict[str, str]]:
     sources: dict[str, str] = {}
     chain: list[Path] = []
     while name:
-        path = Path(name) if name.endswith((".yaml", ".yml")) else RECIPES / f"{name}.yaml"
+        path = (Path(name) if name.endswith((".yaml", ".yml")) else RECIPES / f"{name}.yaml").resolve()
         if not path.is_file():
             fail(f"no recipe {name!r} (a file {path}); recipes: {', '.join(recipe_names())}")
         if path in chain:

@@ -357,11 +357,10 @@ def dry_run(
     that is read (a 7B recipe dry-runs on a laptop); the tiny model and a warm-start prior build the agent, whose
     prompt settings come from the prior."""
     from agents.config import GAGPOConfig
-    from agents.env_spec import make_env, text_wrapping
+    from agents.env_spec import make_env, prompt_builder, text_wrapping
     from agents.gagpo import GAGPOAgent
     from agents.models import load_tokenizer
     from agents.prior import read_prior
-    from wrappers import PromptBuilder
 
     try:
         if args.model == "tiny" or read_prior(args.model) is not None:
@@ -370,8 +369,7 @@ def dry_run(
             agent.env.close()
         else:
             config = GAGPOConfig(**overrides).resolved(tiny=False)
-            tokenizer = load_tokenizer(args.model)
-            prompts = PromptBuilder(tokenizer, config.action_mode, config.max_prompt_tokens, config.show_admissible)
+            prompts = prompt_builder(load_tokenizer(args.model), config)
         env = make_env(env_id, env_kwargs, text_wrapping(config))
     except (OSError, ValueError) as err:
         fail(str(err).splitlines()[0])
