@@ -1,12 +1,12 @@
 """Data-parallel training: one process by default, several ranks under a launcher.
 
-Under ``torchrun`` or ``accelerate launch`` (``WORLD_SIZE > 1``) each rank owns ``num_groups / world_size`` rollout
-groups: a group never spans ranks, so GAGPO's per-group statistics stay local and exact. accelerate sets up the
-process group and wraps the policy's root module (:class:`~agents.policy.PolicyCore`) in DDP; with ``fsdp=True``
-the root and each decoder layer are sharded with PyTorch's FSDP2 (``fully_shard``) instead, which also runs on
-CPU with gloo (accelerate treats CPU launches as plain multi-CPU DDP). What must be global is reduced here: row
-and episode counts, batch-normalisation moments, logged statistics. Without a launcher nothing here touches
-torch.distributed.
+Under ``torchrun`` or ``accelerate launch`` (``WORLD_SIZE`` and ``LOCAL_RANK`` set) each rank owns
+``num_groups / world_size`` rollout groups: a group never spans ranks, so GAGPO's per-group statistics stay local
+and exact. accelerate sets up the process group and wraps the policy's root module
+(:class:`~agents.policy.PolicyCore`) in DDP; with ``fsdp=True`` the root and each decoder layer are sharded with
+PyTorch's FSDP2 (``fully_shard``) instead, which also runs on CPU with gloo (accelerate treats CPU launches as plain
+multi-CPU DDP). What must be global is reduced here: row and episode counts, batch-normalisation moments, logged
+statistics. Without a launcher nothing here touches torch.distributed.
 """
 
 from __future__ import annotations
@@ -33,8 +33,9 @@ SETTLE_S = 0.25  # seconds a launched rank leaves gloo's workers at exit (close_
 
 
 def launched() -> bool:
-    """True inside a multi-process launch (torchrun / accelerate launch set WORLD_SIZE)."""
-    return int(os.environ.get("WORLD_SIZE", "1")) > 1
+    """True under a launcher (torchrun / accelerate launch set WORLD_SIZE and LOCAL_RANK), one process included:
+    ``torchrun --nproc_per_node 1`` runs the distributed code path, which is how FSDP is checked on one GPU."""
+    return "WORLD_SIZE" in os.environ and "LOCAL_RANK" in os.environ
 
 
 def close_process_group() -> None:

@@ -109,7 +109,9 @@ class GAGPOAgent:
         if self.env_spec is not None:
             corpus = functools.partial(collect_env_text, self.env_spec.factory(), seed=c.seed)
         with quiet_hub() if restore is not None or prior is not None else contextlib.nullcontext():
-            models: Models = build_models(c, model, corpus=corpus, restore=restore, device=self.dist.device)
+            models: Models = build_models(
+                c, model, corpus=corpus, restore=restore, device=self.dist.device, shard=self.dist.fsdp
+            )
         # What a checkpoint may have to read back from the source: a LoRA base, or a pretrained model's KL reference.
         needed = c.lora_r > 0 or c.kl_coef > 0
         self.source = restore.moved() if restore else ModelSource.of(model, kind, needed=needed)

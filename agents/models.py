@@ -218,6 +218,7 @@ def build_models(
     corpus: Callable[[], list[str]] | None = None,
     restore: Restore | None = None,
     device: torch.device | None = None,
+    shard: bool = False,
 ) -> Models:
     """The policy (and KL reference) for a resolved :class:`~agents.config.GAGPOConfig`.
 
@@ -225,32 +226,35 @@ def build_models(
     hub id. ``restore`` is a saved agent's folder and source record: its weights and tokenizer replace the
     source's, while the KL reference stays the initial policy (stored in the folder, or read back from the verified
     source); a LoRA adapter goes on the verified base. ``device`` overrides the config's (each rank its own).
+    ``shard``: the policy is about to be sharded (FSDP2), so it is built on the CPU and each unit reaches ``device``
+    as it is sharded: no rank holds the whole fp32 model on its accelerator (28 GB for a 7B model).
     """
 
     c = config
     device = device or resolve_device(c.device)
     precision = Precision(device, resolve_dtype(c.dtype, device))
+    home = torch.device("cpu") if shard else device  # where the policy's weights are first placed
     if restore is not None:
         saved = restore.folder / "model"
         tokenizer = load_tokenizer(saved)
         if c.lora_r > 0:
             base_source = restore.source.locate("LoRA base", restore.model)
-            base = load_causal_lm(base_source, precision.compute_dtype, device, local_files_only=True)
+            base = load_causal_lm(base_source, precision.compute_dtype, home, local_files_only=True)
             model = load_lora(base, saved)
         else:
-            model = load_causal_lm(saved, torch.float32, device)
+            model = load_causal_lm(saved, torch.float32, home)
     elif source == "tiny":  # built fresh
         if corpus is None:
             raise ValueError("model='tiny' trains its tokenizer on env text: pass an env id or a made env")
         tokenizer = train_tokenizer(corpus(), c.tiny_vocab_size)
-        model = build_tiny_model(tokenizer, tiny_spec(c), seed=c.seed).to(device)
+        model = build_tiny_model(tokenizer, tiny_spec(c), seed=c.seed).to(home)
     else:
         check_model_source(source)
         tokenizer = load_tokenizer(source)
         if c.lora_r > 0:
-            model = add_lora(load_causal_lm(source, precision.compute_dtype, device), c.lora_r, c.lora_alpha)
+            model = add_lora(load_causal_lm(source, precision.compute_dtype, home), c.lora_r, c.lora_alpha)
         else:
-            model = load_causal_lm(source, torch.float32, device)
+            model = load_causal_lm(source, torch.float32, home)
     if c.gradient_checkpointing:
         enable_gradient_checkpointing(model)
     backend = None
@@ -276,7 +280,7 @@ def build_models(
         else:
             where = restore.source.locate("KL reference", restore.model)
             initial = load_causal_lm(where, precision.compute_dtype, device, local_files_only=True)
-        reference = frozen(initial, precision.compute_dtype)
+        reference = frozen(initial, precision.compute_dtype).to(device)  # whole on every rank, in bf16 on CUDA
         if stored is not None and stored.is_file():
             load_model(reference, stored, device=str(device))
     return Models(policy, reference)

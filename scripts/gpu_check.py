@@ -16,7 +16,16 @@ It measures what the training loop depends on and a unit test cannot see on a la
    minibatch's own micro-batches (``PolicyUpdate.recompute``, as ``GAGPOAgent.recompute_log_probs`` does), then
    the update's step with gradients on it; and the gap between the sampler's log-probs and the recomputed ones;
 5. the share of weight entries one AdamW step at lr 1e-6 changes with fp32 master weights (and how many would
-   change if the weights were stored in bf16).
+   change if the weights were stored in bf16);
+6. the LoRA sync into a bf16 engine: 50 syncs of an adapter on a bf16 base (``checkpoint_weights``) leave the
+   base bit-identical, and the adapter's delta reaches the engine's dtype;
+7. three vLLM cycles (release: the engine sleeps on CUDA; the trainer's weights change; generate: it wakes and
+   syncs): the engine's sampled log-probs against the trainer's own recompute, greedy text against the HF
+   sampler, the memory a sleep frees (skipped where vLLM is not installed);
+8. a one-rank FSDP2 run in generate mode under ``torchrun`` (where the sampler's forward comes first) against the
+   same run in one plain process: the weights after the update must agree.
+
+Checks 1, 4, 6, 7 and 8 print PASS, FAIL or SKIP; the script exits with 1 when one fails.
 
 The model's vocabulary stays Qwen2.5's 151,936 (the cost of the LM head is the point); prompts and responses use
 ids of a small tokenizer trained here (``agents.tiny.train_tokenizer``), whose pad and eos ids the model gets.
@@ -29,9 +38,12 @@ installed with ``pip install --no-deps`` first; the script says so instead of fa
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
 import json
+import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -73,8 +85,16 @@ class Shape:
 
 QWEN25_1_5B = Shape(1536, 8960, 28, 12, 2, 151936, 32768, update_rows=32, prompt_tokens=512, response_tokens=128,
                     gen_prompts=64, repeats=3)  # fmt: skip
-SMALL = Shape(64, 192, 2, 4, 2, 151936, 4096, update_rows=4, prompt_tokens=48, response_tokens=16, gen_prompts=8,
+# Head size 32: one that vLLM's CPU attention supports.
+SMALL = Shape(64, 192, 2, 2, 1, 151936, 4096, update_rows=4, prompt_tokens=48, response_tokens=16, gen_prompts=8,
               repeats=1)  # fmt: skip
+#: One vLLM cycle's and one FSDP run's tolerances per compute dtype: the engine's mean log-prob gap (nats per token,
+#: as ``agents.update.LOGP_GAP_WARN``), the first minibatch's largest |ratio - 1|, and the FSDP/plain weight
+#: difference as a share of how far the update moved the weights.
+TOLERANCE = {
+    "float32": {"gap_mean": 1e-3, "ratio_dev": 1e-5, "fsdp_share": 1e-3},
+    "bfloat16": {"gap_mean": 0.1, "ratio_dev": 1e-2, "fsdp_share": 0.05},
+}
 
 
 def check_imports() -> None:
@@ -183,6 +203,10 @@ def moved_shares(before: list[torch.Tensor], after: list[torch.Tensor]) -> tuple
     return moved / total, moved_bf16 / total
 
 
+def verdict(passed: bool) -> str:
+    return "PASS" if passed else "FAIL"
+
+
 def run_check(shape: Shape, device: torch.device, dtype_name: str, budget: int, seed: int) -> dict[str, Any]:
     import transformers
 
@@ -276,7 +300,10 @@ def run_check(shape: Shape, device: torch.device, dtype_name: str, budget: int, 
     reset_peak(device)
     hf_s = timed(lambda: hf_forward_backward(model, batch, budget, precision, tokenizer.pad_token_id), device,
                  shape.repeats)  # fmt: skip
+    tolerance = TOLERANCE[result["compute_dtype"]]
+    result["first_minibatch"]["verdict"] = verdict(first.ratio_dev <= tolerance["ratio_dev"])
     result["update"] = {
+        "verdict": verdict(hf_s / agent_s >= 0.5),
         "rows": len(batch),
         "prompt_tokens": shape.prompt_tokens,
         "response_tokens": shape.response_tokens,
@@ -291,26 +318,226 @@ def run_check(shape: Shape, device: torch.device, dtype_name: str, budget: int, 
     return result
 
 
+def check_lora_sync(shape: Shape, device: torch.device, seed: int, syncs: int = 50) -> dict[str, Any]:
+    """``syncs`` weight syncs of a trained-sized adapter (deltas of ~1e-4 on weights of ~0.02) on a bf16 base."""
+    if importlib.util.find_spec("peft") is None:
+        return {"verdict": "SKIP", "why": "peft is not installed"}
+    from agents.models import add_lora
+    from agents.tiny import train_tokenizer
+    from agents.vllm_backend import checkpoint_weights
+
+    tokenizer = train_tokenizer(CORPUS, vocab_size=1024)
+    model = add_lora(build_model(shape, tokenizer, device, seed).to(torch.bfloat16), r=8, alpha=16)
+    generator = torch.Generator(device=device).manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.copy_(torch.randn(p.shape, generator=generator, device=device) * 2e-4)
+    frozen = {n: p.detach().clone() for n, p in model.named_parameters() if not p.requires_grad}
+    for _ in range(syncs - 1):
+        with checkpoint_weights(model) as weights:
+            for _name, _tensor in weights:
+                pass
+    with checkpoint_weights(model) as weights:
+        synced = dict(weights)
+    with model.disable_adapter(), checkpoint_weights(model) as weights:
+        base = dict(weights)  # the same names, the base's own tensors
+    after = dict(model.named_parameters())
+    changed = sum(int((frozen[n] != after[n]).sum()) for n in frozen)
+    adapted = [n for n in synced if synced[n].dtype == torch.float32 and base[n].dtype == torch.bfloat16]
+    entries = sum(synced[n].numel() for n in adapted)
+    kept = sum(int((synced[n].to(torch.bfloat16) != base[n]).sum()) for n in adapted)
+    return {
+        "verdict": verdict(changed == 0 and bool(adapted) and kept > 0),
+        "syncs": syncs,
+        "base_entries_changed": changed,
+        "adapted_weights": len(adapted),
+        "delta_kept_share_bf16": kept / max(entries, 1),
+    }
+
+
+def check_vllm_cycles(shape: Shape, device: torch.device, dtype_name: str, budget: int, seed: int,
+                      cycles: int = 3) -> dict[str, Any]:  # fmt: skip
+    """Release (sleep), change the trainer's weights, generate (wake + sync): does the engine follow the trainer?
+
+    The change is noise of the initialisation's scale on every weight, so an engine left on the old weights would
+    show a gap far above the tolerance (reported as ``change_gap``: the recompute of the previous cycle's actions
+    before and after it)."""
+    if importlib.util.find_spec("vllm") is None:
+        return {"verdict": "SKIP", "why": "vllm is not installed"}
+    from agents.config import GAGPOConfig
+    from agents.distributed import Distributed
+    from agents.generation import HFGenerationBackend
+    from agents.policy import LLMPolicy
+    from agents.precision import Precision, resolve_dtype
+    from agents.tiny import train_tokenizer
+    from agents.update import PolicyUpdate
+    from agents.vllm_backend import VLLMGenerationBackend
+
+    rng = np.random.default_rng(seed)
+    precision = Precision(device, resolve_dtype(dtype_name, device))
+    tokenizer = train_tokenizer(CORPUS, vocab_size=1024)
+    # The tokenizer's own vocabulary: every id the engine samples must detokenize.
+    model = build_model(dataclasses.replace(shape, vocab=len(tokenizer)), tokenizer, device, seed)
+    new_tokens = min(shape.response_tokens, 32)
+    engine = VLLMGenerationBackend(model, tokenizer, precision, max_model_len=shape.prompt_tokens + new_tokens,
+                                   gpu_memory_utilization=0.3, seed=seed)  # fmt: skip
+    policy = LLMPolicy(model, tokenizer, action_mode="generate", max_new_tokens=new_tokens, precision=precision,
+                       token_budget=budget, backend=engine)  # fmt: skip
+    hf = HFGenerationBackend(model, tokenizer, precision)
+    config = GAGPOConfig(action_mode="generate", token_budget=budget).resolved(tiny=False)
+    update = PolicyUpdate(policy, torch.optim.AdamW(policy.parameters(), lr=1e-6), config, Distributed())
+    update.gap_warned = True  # measured here, not warned about
+    prompts = [random_ids(rng, tokenizer, shape.prompt_tokens // 2) for _ in range(8)]
+    tolerance = TOLERANCE[str(precision.compute_dtype).removeprefix("torch.")]
+    generator = torch.Generator(device=device).manual_seed(seed)
+    results, previous = [], None
+    for cycle in range(cycles):
+        free = torch.cuda.mem_get_info(device)[0] if device.type == "cuda" else None
+        engine.release()  # the update's turn: on CUDA the engine sleeps
+        freed = (torch.cuda.mem_get_info(device)[0] - free) / 2**30 if free is not None else None
+        change = None
+        if cycle:  # the "update": the trainer's weights move, the engine's copy is stale
+            before = [r.old_logp.copy() for r in previous]
+            with torch.no_grad():
+                for p in model.parameters():
+                    p.add_(torch.randn(p.shape, generator=generator, device=device) * 0.02)
+            update.recompute([previous])
+            change = float(np.mean(np.concatenate([np.abs(r.old_logp - b) for r, b in zip(previous, before)])))
+        seeds = [seed * 1000 + cycle * 100 + i for i in range(len(prompts))]
+        responses, logp = engine.generate(
+            prompts, max_new_tokens=new_tokens, temperature=1.0, greedy=False, seeds=seeds
+        )  # fmt: skip  (wakes and syncs)
+        rows = rows_of(prompts, responses, logp, np.zeros(len(prompts)))
+        logs = update.recompute([rows])
+        greedy_engine, _ = engine.generate(prompts, max_new_tokens=new_tokens, temperature=1.0, greedy=True,
+                                           seeds=seeds)  # fmt: skip
+        greedy_hf, _ = hf.generate(prompts, max_new_tokens=new_tokens, temperature=1.0, greedy=True, seeds=seeds)
+        results.append({
+            "sync_s": engine.last_sync_s,
+            "gap_mean": logs["rollout/logp_gap_mean"],
+            "gap_max": logs["rollout/logp_gap_max"],
+            "change_gap": change,
+            "greedy_equal_share": float(np.mean([a == b for a, b in zip(greedy_engine, greedy_hf)])),
+            "sleep_freed_gib": freed,
+        })  # fmt: skip
+        previous = rows
+    fp32 = precision.compute_dtype == torch.float32
+    passed = all(
+        c["gap_mean"] <= tolerance["gap_mean"]
+        and (c["change_gap"] is None or c["change_gap"] > 10 * c["gap_mean"])
+        and (not fp32 or c["greedy_equal_share"] == 1.0)  # bf16: rounding may flip a near-tie, reported only
+        for c in results
+    )
+    return {"verdict": verdict(passed), "tolerance_gap_mean": tolerance["gap_mean"], "cycles": results}
+
+
+def fsdp_worker(out: Path, device: str, dtype_name: str, seed: int) -> None:
+    """One generate-mode iteration with ``fsdp=True``: sharded under a launch, a plain process otherwise."""
+    from agents import GAGPOAgent
+
+    agent = GAGPOAgent(
+        "gagpo_gym/FrozenLake-v0", num_groups=2, group_size=2, action_mode="generate", max_new_tokens=8,
+        history_length=1, learning_rate=1e-2, env_kwargs={"max_episode_steps": 4}, device=device, dtype=dtype_name,
+        fsdp=True, torch_threads=1, verbose=0, seed=seed,
+    )  # fmt: skip
+    if not agent.dist.enabled:
+        agent.policy.model.save_pretrained(out / "initial")
+    agent.learn(1)
+    agent.save(out / "agent")
+    if agent.dist.is_main:
+        (out / "sharded.json").write_text(json.dumps({"sharded_units": len(agent.dist.sharded)}))
+
+
+def check_fsdp_generate(device: str, dtype_name: str, seed: int) -> dict[str, Any]:
+    """The worker under ``torchrun --nproc_per_node 1`` (FSDP2) and in a plain process: same weights after."""
+    if importlib.util.find_spec("accelerate") is None:
+        return {"verdict": "SKIP", "why": "accelerate is not installed (the distributed extra)"}
+    from safetensors.torch import load_file
+
+    with tempfile.TemporaryDirectory(prefix="gpu-check-fsdp-") as tmp:
+        runs = {"fsdp": Path(tmp) / "fsdp", "plain": Path(tmp) / "plain"}
+        worker = [str(Path(__file__).resolve()), "--fsdp-worker", "--device", device, "--dtype", dtype_name,
+                  "--seed", str(seed)]  # fmt: skip
+        torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "1"]
+        commands = {"fsdp": [*torchrun, *worker], "plain": [sys.executable, *worker]}
+        started = time.perf_counter()
+        for name, command in commands.items():
+            proc = subprocess.run([*command, "--out", str(runs[name])], capture_output=True, text=True, timeout=900)
+            if proc.returncode != 0:
+                return {"verdict": "FAIL", "why": f"the {name} run exited {proc.returncode}: {proc.stderr[-2000:]}"}
+        weights = {n: load_file(p / "agent" / "model" / "model.safetensors") for n, p in runs.items()}
+        initial = load_file(runs["plain"] / "initial" / "model.safetensors")
+        sharded = json.loads((runs["fsdp"] / "sharded.json").read_text())["sharded_units"]
+    difference = max(float((weights["fsdp"][k] - weights["plain"][k]).abs().max()) for k in initial)
+    moved = max(float((weights["plain"][k] - initial[k]).abs().max()) for k in initial)
+    share = TOLERANCE[dtype_name]["fsdp_share"]
+    return {
+        "verdict": verdict(sharded > 1 and moved > 0 and difference <= share * moved),
+        "sharded_units": sharded,
+        "max_difference": difference,
+        "update_moved": moved,
+        "tolerance_share": share,
+        "seconds": time.perf_counter() - started,
+    }
+
+
 def report(r: dict[str, Any]) -> str:
-    """The numbers a reader checks, one line each."""
+    """The numbers a reader checks, one line each; a check's verdict first."""
     g, f, a, u = r["generation"], r["first_minibatch"], r["adamw_step"], r["update"]
 
     def gib(x: float | None) -> str:
         return "-" if x is None else f"{x:.1f} GiB"
 
-    return "\n".join([
+    lines = [
         f"{r['device']}, {r['compute_dtype']} compute over fp32 weights, {r['parameters'] / 1e6:.0f}M parameters",
-        f"update:     agent {u['agent_tokens_per_s']:.0f} tok/s vs HF fwd+bwd {u['hf_tokens_per_s']:.0f} tok/s "
-        f"= {u['ratio']:.2f}x (goal >= 0.5x); {u['rows']} rows x ({u['prompt_tokens']}+{u['response_tokens']}), "
+        f"{u['verdict']} update: agent {u['agent_tokens_per_s']:.0f} tok/s vs HF fwd+bwd {u['hf_tokens_per_s']:.0f} "
+        f"tok/s = {u['ratio']:.2f}x (goal >= 0.5x); {u['rows']} rows x ({u['prompt_tokens']}+{u['response_tokens']}), "
         f"{u['micro_batches']} micro-batches; peak {gib(u['agent_peak_gib'])} vs {gib(u['hf_peak_gib'])}",
         f"generation: {g['tokens_per_s']:.0f} new tok/s ({g['generated_tokens']} tokens, {g['prompts']} prompts, "
         f"{g['sampling_batches']} batches); peak {gib(g['peak_gib'])}",
-        f"first minibatch: max |ratio-1| {f['ratio_dev_max']:.2e} (generate clip {f['generate_clip_range']}); "
-        f"sampler vs recomputed log-prob gap max {f['sampler_gap_max']:.2e}, mean {f['sampler_gap_mean']:.2e}; "
-        f"peak {gib(f['peak_gib'])}",
+        f"{f['verdict']} first minibatch: max |ratio-1| {f['ratio_dev_max']:.2e} (generate clip "
+        f"{f['generate_clip_range']}); sampler vs recomputed log-prob gap max {f['sampler_gap_max']:.2e}, mean "
+        f"{f['sampler_gap_mean']:.2e}; peak {gib(f['peak_gib'])}",
         f"AdamW lr 1e-6: {a['moved_share']:.4f} of fp32 entries moved (bf16 storage: {a['moved_share_if_bf16']:.4f})",
-        f"total {r['seconds']:.0f} s",
-    ])  # fmt: skip
+    ]
+    lora, engine, fsdp = r["lora_sync"], r["vllm_cycles"], r["fsdp_generate"]
+    if "why" in lora:
+        lines.append(f"{lora['verdict']} LoRA sync: {lora['why']}")
+    else:
+        lines.append(
+            f"{lora['verdict']} LoRA sync: {lora['syncs']} syncs, {lora['base_entries_changed']} bf16 base entries "
+            f"changed; {lora['adapted_weights']} adapted weights, {lora['delta_kept_share_bf16']:.2f} of their "
+            "entries differ from the base in bf16 (the adapter reaches a bf16 engine)"
+        )
+    if "why" in engine:
+        lines.append(f"{engine['verdict']} vLLM cycles: {engine['why']}")
+    else:
+        for i, c in enumerate(engine["cycles"]):
+            change = "-" if c["change_gap"] is None else f"{c['change_gap']:.3f}"
+            lines.append(
+                f"{engine['verdict']} vLLM cycle {i + 1}: log-prob gap mean {c['gap_mean']:.2e} (tolerance "
+                f"{engine['tolerance_gap_mean']:g}), max {c['gap_max']:.2e}; a stale engine's gap {change}; greedy "
+                f"equal to HF on {c['greedy_equal_share']:.2f} of prompts; sync {c['sync_s']:.2f} s; sleep freed "
+                f"{gib(c['sleep_freed_gib'])}"
+            )
+    if "why" in fsdp:
+        lines.append(f"{fsdp['verdict']} FSDP generate mode, one rank: {fsdp['why']}")
+    else:
+        lines.append(
+            f"{fsdp['verdict']} FSDP generate mode, one rank under torchrun ({fsdp['sharded_units']} sharded units) "
+            f"vs one plain process: max weight difference {fsdp['max_difference']:.2e}, the update moved them "
+            f"{fsdp['update_moved']:.2e} (tolerance {fsdp['tolerance_share']:g} of that); {fsdp['seconds']:.0f} s"
+        )
+    lines.append(f"total {r['seconds']:.0f} s")
+    return "\n".join(lines)
+
+
+def verdicts(r: dict[str, Any]) -> list[str]:
+    return [r[k]["verdict"] for k in ("update", "first_minibatch", "lora_sync", "vllm_cycles", "fsdp_generate")]
+
+
+CHECKS = ("lora", "vllm", "fsdp")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -321,18 +548,37 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--token-budget", type=int, default=16384, help="tokens per forward (GAGPOConfig default)")
     parser.add_argument("--threads", type=int, default=1, help="CPU threads for torch")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--skip", nargs="*", default=[], choices=CHECKS, help="checks 6-8 not to run")
     parser.add_argument("--out", type=Path, help="also write the results as JSON here")
+    parser.add_argument("--fsdp-worker", action="store_true", help=argparse.SUPPRESS)  # check 8's two runs
     args = parser.parse_args(argv)
     check_imports()
-    from agents.precision import resolve_device
+    from agents.precision import resolve_device, resolve_dtype
 
     torch.set_num_threads(args.threads)
     device = resolve_device("cpu" if args.small and args.device == "auto" else args.device)
-    result = run_check(SMALL if args.small else QWEN25_1_5B, device, args.dtype, args.token_budget, args.seed)
+    dtype_name = str(resolve_dtype(args.dtype, device)).removeprefix("torch.")
+    if args.fsdp_worker:
+        fsdp_worker(args.out, str(device), dtype_name, args.seed)
+        return
+    started = time.perf_counter()
+    shape = SMALL if args.small else QWEN25_1_5B
+    result = run_check(shape, device, dtype_name, args.token_budget, args.seed)
+    skipped = {"verdict": "SKIP", "why": "--skip"}
+    result["lora_sync"] = skipped if "lora" in args.skip else check_lora_sync(shape, device, args.seed)
+    result["vllm_cycles"] = (
+        skipped if "vllm" in args.skip else check_vllm_cycles(shape, device, dtype_name, args.token_budget, args.seed)
+    )
+    result["fsdp_generate"] = (
+        skipped if "fsdp" in args.skip else check_fsdp_generate(str(device), dtype_name, args.seed)
+    )
+    result["seconds"] = time.perf_counter() - started
     print(report(result))
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(result, indent=2) + "\n")
+    if "FAIL" in verdicts(result):
+        raise SystemExit(1)
 
 
 if __name__ == "__main__":

