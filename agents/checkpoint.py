@@ -1,7 +1,8 @@
 """A saved agent on disk: a folder (or a ``.zip`` of it) with a SHA-256 manifest, written all-or-nothing.
 
 The folder: ``model/`` (weights in safetensors, fp32 master weights, and the tokenizer), ``value_head.safetensors``
-(PPO), ``reference.safetensors`` (a tiny or prior agent's KL reference), ``optimizer.pt`` (tensors and plain
+(PPO), ``reference.safetensors`` (a tiny or prior agent's KL reference), ``prompt_template.txt`` (a template
+read from a file), ``optimizer.pt`` (tensors and plain
 containers only: loaded with ``weights_only=True``), ``rng.safetensors``, ``agent.json`` (config, env, counters,
 the source record) and ``manifest.json``. :func:`write_agent` and :func:`restore_state` are what
 :meth:`agents.gagpo.GAGPOAgent.save` and ``load`` call.
@@ -30,10 +31,14 @@ import torch
 from safetensors.torch import load_file, save_file, save_model
 from transformers.utils import logging as hf_logging
 
+from wrappers.prompt import TEMPLATES
+
 AGENT_FILE = "agent.json"
 MANIFEST_FILE = "manifest.json"
 #: The KL reference's weights inside a saved tiny or prior agent (a pretrained one records its source instead).
 REFERENCE_FILE = "reference.safetensors"
+#: A prompt template read from a file, kept with the agent (its config names the file it came from).
+TEMPLATE_FILE = "prompt_template.txt"
 
 
 @contextlib.contextmanager
@@ -158,6 +163,9 @@ def write_agent(folder: Path, agent: Any, core_state: dict | None, optimizer_sta
         save_file({k: v.contiguous() for k, v in part["value_head"].items()}, folder / "value_head.safetensors")
     if agent.reference is not None and agent.source.kind != "pretrained":
         save_model(agent.reference, str(folder / REFERENCE_FILE))
+    template = agent.prompts.template
+    if template is not None and template.name not in TEMPLATES:
+        (folder / TEMPLATE_FILE).write_text(template.text(), encoding="utf-8")
     torch.save(optimizer_state, folder / "optimizer.pt")
     boundary = agent.boundary
     save_file({"torch": boundary["torch_rng"]}, folder / "rng.safetensors")

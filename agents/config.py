@@ -6,8 +6,10 @@ import dataclasses
 import math
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from wrappers.prompt import TEMPLATES
 from wrappers.text_wrappers import parse_backoff_spec, parse_key_spec
 
 ESTIMATORS = ("gagpo", "gigpo", "grpo", "rloo", "ppo")
@@ -78,6 +80,19 @@ class GAGPOConfig:
     memory: bool = field(
         default=False,
         metadata={"help": "show the episode's memory in the prompt: places seen and what they held (ALFWorld text)"},
+    )
+    # A built-in template (wrappers.prompt.TEMPLATES: verl-agent's ALFWorld and WebShop structure in this project's
+    # words) or a file with the placeholders of wrappers.prompt.PLACEHOLDERS (verl-agent's exact text, say).
+    prompt_template: str = field(
+        default="generic",
+        metadata={"help": "the prompt's user message: generic | alfworld | webshop | PATH of a template file"},
+    )
+    strict_format: bool = field(
+        default=False,
+        metadata={
+            "help": "generate mode: a response without <think> </think> or with CJK characters is penalised and "
+            "counted unparsed (verl-agent's rule; its action still plays)"
+        },
     )
     invalid_action_penalty: float = field(
         default=0.01, metadata={"help": "reward subtracted for an invalid or unparsable action"}
@@ -239,6 +254,11 @@ class GAGPOConfig:
             f"choose_score must be auto|sum|mean, got {self.choose_score!r}",
         )
         check(self.history_length >= 0, "history_length must be >= 0")
+        check(
+            self.prompt_template in ("generic", *TEMPLATES) or Path(self.prompt_template).is_file(),
+            f"prompt_template must be 'generic', one of {sorted(TEMPLATES)} or a template file; "
+            f"got {self.prompt_template!r}",
+        )
         check(self.max_prompt_tokens >= 16, "max_prompt_tokens must be >= 16")
         check(self.max_new_tokens >= 1, "max_new_tokens must be >= 1")
         check(self.invalid_action_penalty >= 0, "invalid_action_penalty must be >= 0")

@@ -21,7 +21,7 @@ from gymnasium.envs.registration import load_env_creator
 
 import gagpo_gym
 from agents.config import GAGPOConfig
-from wrappers import GroupedVectorEnv, PromptBuilder, wrap_text_env
+from wrappers import GroupedVectorEnv, PromptBuilder, prompt_template, wrap_text_env
 
 #: The text wrappers' settings for reference policies (expert, random): true state keys, no penalty, no history.
 REFERENCE_WRAPPING = {"key": "state", "penalty": 0.0, "history_length": 0, "tagged": False}
@@ -36,14 +36,16 @@ def text_wrapping(config: GAGPOConfig) -> dict[str, Any]:
         "tagged": config.action_mode == "generate",
         "backoff": config.key_backoff,
         "memory": config.memory,
+        "strict_format": config.strict_format,
     }
 
 
 def prompt_builder(tokenizer: Any, config: GAGPOConfig) -> PromptBuilder:
     """The prompts an agent with ``config`` reads, for ``tokenizer`` (the dry run shows the same ones)."""
     return PromptBuilder(
-        tokenizer, config.action_mode, config.max_prompt_tokens, show_admissible=config.show_admissible
-    )
+        tokenizer, config.action_mode, config.max_prompt_tokens, show_admissible=config.show_admissible,
+        template=prompt_template(config.prompt_template),
+    )  # fmt: skip
 
 
 def split_env_id(env_id: str) -> tuple[str | None, str]:

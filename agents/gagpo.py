@@ -27,7 +27,7 @@ from stable_baselines3.common.logger import Logger
 from agents import checkpoint
 from agents.buffer import GroupRolloutBuffer, Row
 from agents.callbacks import default_logger, init_callback
-from agents.checkpoint import quiet_hub
+from agents.checkpoint import TEMPLATE_FILE, quiet_hub
 from agents.config import GAGPOConfig
 from agents.distributed import Distributed
 from agents.env_spec import EnvSpec, prompt_builder, text_wrapping
@@ -217,20 +217,26 @@ class GAGPOAgent:
             (i["memory"] if "memory" in i else PlaceMemory.of([p[0] for p in e] + [o]).render()) if c.memory else ""
             for e, o, i in zip(episodes, obs_list, info_list)
         ]
-        texts = self._act(obs_list, info_list, histories, deterministic, memories=memories)
+        # A memory folds the whole episode and a prompt template counts its steps: the state then holds all of it.
+        whole = c.memory or self.prompts.template is not None
+        counts = [len(e) for e in episodes] if state is not None and whole else [None] * len(episodes)
+        texts = self._act(obs_list, info_list, histories, deterministic, memories=memories, step_counts=counts)
         commands = [extract_action(t, tagged=c.action_mode == "generate") or "" for t in texts]
         steps = [e + [[o, a]] for e, o, a in zip(episodes, obs_list, commands)]
-        state_out = steps if c.memory else [s[-k:] if k else [] for s in steps]  # a memory folds the whole episode
+        state_out = steps if whole else [s[-k:] if k else [] for s in steps]
         return (commands[0], state_out[0]) if single else (commands, state_out)
 
     def _act(
         self, obs: list[str], infos: list[dict], histories: list[list], deterministic: bool,
-        seeds: list[int] | None = None, memories: list[str] | None = None,
+        seeds: list[int] | None = None, memories: list[str] | None = None, step_counts: list[int] | None = None,
     ) -> list[str]:  # fmt: skip
         """The model's texts (generate mode: the whole response) for a batch of observations, each sampled with
-        its seed (default: seeds drawn from the agent's RNG); the memories default to the infos'."""
+        its seed (default: seeds drawn from the agent's RNG); memories and step counts default to the infos'."""
         memories = memories or [None] * len(obs)
-        prompts = [self.prompts.for_step(o, i, h, m) for o, i, h, m in zip(obs, infos, histories, memories)]
+        step_counts = step_counts or [None] * len(obs)
+        prompts = [
+            self.prompts.for_step(o, i, h, m, n) for o, i, h, m, n in zip(obs, infos, histories, memories, step_counts)
+        ]
         admissible = [list(i.get("admissible_actions", [])) for i in infos]
         self.policy.eval()
         with self.dist.full_params():
@@ -419,7 +425,8 @@ class GAGPOAgent:
         """
         with checkpoint.opened(Path(path)) as folder:
             meta = checkpoint.read_agent(folder)
-            values = {**meta["config"], **overrides}
+            kept = {"prompt_template": str(folder / TEMPLATE_FILE)} if (folder / TEMPLATE_FILE).is_file() else {}
+            values = {**meta["config"], **kept, **overrides}
             estimator = values.pop("estimator")
             source = ModelSource.from_record(meta.get("model", meta["model_source"]), folder)
             agent = cls(

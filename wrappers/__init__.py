@@ -2,7 +2,7 @@
 
 from wrappers.grouped_vector_env import GroupedVectorEnv
 from wrappers.memory import Memory, PlaceMemory
-from wrappers.prompt import PromptBuilder
+from wrappers.prompt import TEMPLATES, PromptBuilder, PromptTemplate, prompt_template
 from wrappers.text_wrappers import (
     EpisodeStatistics,
     History,
@@ -10,6 +10,7 @@ from wrappers.text_wrappers import (
     ParseAction,
     StateKey,
     extract_action,
+    follows_think_format,
     parse_backoff_spec,
     parse_key_spec,
     wrap_text_env,
@@ -24,9 +25,13 @@ __all__ = [
     "ParseAction",
     "PlaceMemory",
     "PromptBuilder",
+    "PromptTemplate",
+    "TEMPLATES",
     "StateKey",
     "extract_action",
+    "follows_think_format",
     "parse_backoff_spec",
     "parse_key_spec",
+    "prompt_template",
     "wrap_text_env",
 ]

@@ -11,7 +11,10 @@ truncation or overflowed is counted so the agent can log it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import string
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 SYSTEM_PROMPT = "You are an agent in a text environment. Read the task and the observation, then act."
@@ -20,6 +23,144 @@ GENERATE_INSTRUCTION = (
 )
 CHOOSE_INSTRUCTION = "Reply with one admissible action."
 CUT_MARKER = "[... {n} characters cut ...]"
+
+
+#: What a :class:`PromptTemplate` may name, and what each holds.
+PLACEHOLDERS = {
+    "task": "the task text",
+    "step_count": "the steps already taken in the episode",
+    "current_step": "step_count + 1",
+    "history_length": "how many recent steps are shown",
+    "history": "one [Observation k: '...', Action k: '...'] line per recent step, k counted from the episode's start",
+    "observation": "the current observation",
+    "admissible_actions": "the admissible actions, each in single quotes, comma-separated",
+    "memory": "the episode's memory (memory=True), else empty",
+}
+#: The line that separates a template file's first-step part from the part used after it.
+SEPARATOR = "---"
+
+
+@dataclass(frozen=True)
+class PromptTemplate:
+    """A user message with named ``{placeholders}`` (:data:`PLACEHOLDERS`; literal braces doubled, as in
+    ``str.format``), for prompts in the shape a published setting was measured with.
+
+    ``first`` is the message of an episode's first step (nothing to show as history), ``later`` every step after
+    it. ``system``: the system message; None sends the user message alone (the chat template's default system
+    message applies, as in verl-agent). ``drop_actions``: admissible actions never listed (ALFWorld's ``help``).
+    """
+
+    name: str
+    first: str
+    later: str
+    system: str | None = None
+    drop_actions: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        for part in (self.first, self.later):
+            try:
+                names = {field for _, field, _, _ in string.Formatter().parse(part) if field is not None}
+            except ValueError as err:  # a lone brace
+                raise ValueError(f"prompt template {self.name!r}: {err} (write literal braces as {{{{ }}}})") from None
+            unknown = sorted(names - PLACEHOLDERS.keys())
+            if unknown:
+                raise ValueError(
+                    f"prompt template {self.name!r} names unknown placeholders {unknown}; known: {sorted(PLACEHOLDERS)}"
+                )
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> PromptTemplate:
+        """A template file: one message for every step, or a first-step message, a line ``---``, and the
+        message of the later steps."""
+        text = Path(path).read_text(encoding="utf-8")
+        lines = text.splitlines()
+        if SEPARATOR in lines:
+            cut = lines.index(SEPARATOR)
+            first, later = "\n".join(lines[:cut]).strip("\n"), "\n".join(lines[cut + 1 :]).strip("\n")
+        else:
+            first = later = text.strip("\n")
+        return cls(str(path), first, later)
+
+    def text(self) -> str:
+        """The template as a file holds it (:meth:`from_file` reads it back)."""
+        return self.later if self.first == self.later else f"{self.first}\n{SEPARATOR}\n{self.later}"
+
+    def render(self, fields: Mapping[str, Any]) -> str:
+        return (self.later if fields["step_count"] else self.first).format(**fields)
+
+    def fields(
+        self, task: str, history: Sequence[Sequence[str]], observation: str, admissible: Sequence[str], memory: str,
+        step_count: int,
+    ) -> dict[str, Any]:  # fmt: skip
+        """Every placeholder's text for one step; the history's steps numbered from the episode's start."""
+        start = step_count - len(history)
+        lines = [f"[Observation {start + k + 1}: '{obs}', Action {start + k + 1}: '{act}']"
+                 for k, (obs, act) in enumerate(history)]  # fmt: skip
+        actions = [a for a in admissible if a not in self.drop_actions]
+        return {
+            "task": task,
+            "step_count": step_count,
+            "current_step": step_count + 1,
+            "history_length": len(history),
+            "history": "\n".join(lines),
+            "observation": observation,
+            "admissible_actions": ", ".join(f"'{a}'" for a in actions),
+            "memory": memory,
+        }
+
+
+_THINK_THEN_ACT = (
+    "Now it is your turn to act.\n"
+    "First reason step by step about the current situation; enclose this reasoning in <think> </think> tags.\n"
+    "Then choose one admissible action for the current step and give it inside <action> </action> tags."
+)
+#: verl-agent's ALFWorld prompt structure (its GiGPO runs were measured with it), in this project's words.
+ALFWORLD_TEMPLATE = PromptTemplate(
+    "alfworld",
+    first=(
+        "You are an expert agent in the ALFRED embodied household environment.\n"
+        "Your current observation is: {observation}\n"
+        "Your admissible actions in the current situation are: [{admissible_actions}].\n\n" + _THINK_THEN_ACT
+    ),
+    later=(
+        "You are an expert agent in the ALFRED embodied household environment. Your task is to: {task}\n"
+        "Before this step you have taken {step_count} step(s). Your {history_length} most recent observations and "
+        "the actions you took after them:\n{history}\n"
+        "You are now at step {current_step} and your current observation is: {observation}\n"
+        "Your admissible actions in the current situation are: [{admissible_actions}].\n\n" + _THINK_THEN_ACT
+    ),
+    drop_actions=("help",),
+)
+#: verl-agent's WebShop prompt structure, in this project's words (MiniShop plays it).
+WEBSHOP_TEMPLATE = PromptTemplate(
+    "webshop",
+    first=(
+        "You are an expert autonomous agent in the WebShop online shopping environment.\n"
+        "Your task is to: {task}.\n"
+        "Your current observation is: {observation}.\n"
+        "Your admissible actions in the current situation are:\n[\n{admissible_actions}\n].\n\n" + _THINK_THEN_ACT
+    ),
+    later=(
+        "You are an expert autonomous agent in the WebShop online shopping environment.\n"
+        "Your task is to: {task}.\n"
+        "Before this step you have taken {step_count} step(s). Your {history_length} most recent observations and "
+        "the actions you took after them:\n{history}\n"
+        "You are now at step {current_step} and your current observation is: {observation}.\n"
+        "Your admissible actions in the current situation are:\n[\n{admissible_actions}\n].\n\n" + _THINK_THEN_ACT
+    ),
+)
+TEMPLATES = {t.name: t for t in (ALFWORLD_TEMPLATE, WEBSHOP_TEMPLATE)}
+
+
+def prompt_template(spec: str) -> PromptTemplate | None:
+    """``"generic"`` (None: the builder's own message), a built-in template's name, or a template file's path."""
+    if spec == "generic":
+        return None
+    if spec in TEMPLATES:
+        return TEMPLATES[spec]
+    if not Path(spec).is_file():
+        raise ValueError(f"prompt_template must be 'generic', one of {sorted(TEMPLATES)} or a file; got {spec!r}")
+    return PromptTemplate.from_file(spec)
 
 
 def cut_middle(text: str, keep: int) -> str:
@@ -38,6 +179,8 @@ class PromptBuilder:
         action_mode: ``"generate"`` adds the think/answer-format instruction; ``"choose"`` asks for an action.
         max_prompt_tokens: history is truncated (oldest first), then the observation cut, to fit this.
         show_admissible: list the admissible actions in the prompt.
+        template: a :class:`PromptTemplate` for the user message (its own system message and action list), or
+            None for this builder's generic one.
     """
 
     def __init__(
@@ -47,6 +190,7 @@ class PromptBuilder:
         max_prompt_tokens: int = 1024,
         show_admissible: bool = True,
         system_prompt: str = SYSTEM_PROMPT,
+        template: PromptTemplate | None = None,
     ) -> None:
         if action_mode not in ("generate", "choose"):
             raise ValueError(f"action_mode must be 'generate' or 'choose', got {action_mode!r}")
@@ -56,7 +200,8 @@ class PromptBuilder:
         self.action_mode = action_mode
         self.max_prompt_tokens = max_prompt_tokens
         self.show_admissible = show_admissible
-        self.system_prompt = system_prompt
+        self.template = template
+        self.system_prompt = system_prompt if template is None else template.system
         self.truncated_count = 0  # prompts shortened to fit: history dropped and/or the observation cut
         self.observation_cuts = 0  # prompts whose current observation was cut (fitting or not)
         self.overflow_count = 0  # prompts longer than the budget even without history and with the observation cut
@@ -68,7 +213,12 @@ class PromptBuilder:
         observation: str,
         admissible: Sequence[str],
         memory: str = "",
+        step_count: int | None = None,
     ) -> str:
+        """The user message; ``step_count`` (steps already taken) defaults to the history's length."""
+        if self.template is not None:
+            steps = len(history) if step_count is None else step_count
+            return self.template.render(self.template.fields(task, history, observation, admissible, memory, steps))
         parts = [f"Task: {task}"] if task else []
         if memory:
             parts.append(f"Memory: {memory}")
@@ -83,22 +233,31 @@ class PromptBuilder:
 
     def render(self, user: str) -> str:
         """The prompt text, ending where the model's answer starts."""
+        system = [{"role": "system", "content": self.system_prompt}] if self.system_prompt is not None else []
         if getattr(self.tokenizer, "chat_template", None):
-            messages = [{"role": "system", "content": self.system_prompt}, {"role": "user", "content": user}]
+            messages = [*system, {"role": "user", "content": user}]
             return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        return f"{self.system_prompt}\n\n{user}\n\nAnswer:"  # no trailing space: BPE answers start with " word"
+        head = f"{self.system_prompt}\n\n" if system else ""
+        return f"{head}{user}\n\nAnswer:"  # no trailing space: BPE answers start with " word"
 
     def encode(self, text: str) -> list[int]:
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
     def for_step(
-        self, observation: str, info: dict[str, Any], history: Sequence | None = None, memory: str | None = None
+        self,
+        observation: str,
+        info: dict[str, Any],
+        history: Sequence | None = None,
+        memory: str | None = None,
+        step_count: int | None = None,
     ) -> list[int]:
-        """The prompt of one env step from its observation and info (task, admissible actions, and the history
-        and memory the text wrappers keep, unless ``history`` or ``memory`` is given)."""
+        """The prompt of one env step from its observation and info (task, admissible actions, and the history,
+        memory and step count the text wrappers keep, unless ``history``, ``memory`` or ``step_count`` is given)."""
         history = info.get("history", []) if history is None else history
         memory = info.get("memory", "") if memory is None else memory
-        return self.build(info.get("task", ""), history, observation, info.get("admissible_actions", []), memory)
+        step_count = info.get("episode_step", len(history)) if step_count is None else step_count
+        admissible = info.get("admissible_actions", [])
+        return self.build(info.get("task", ""), history, observation, admissible, memory, step_count)
 
     def build(
         self,
@@ -107,12 +266,14 @@ class PromptBuilder:
         observation: str,
         admissible: Sequence[str],
         memory: str = "",
+        step_count: int | None = None,
     ) -> list[int]:
         """Prompt token ids: as much recent history as fits in ``max_prompt_tokens``, else a cut observation."""
         history = list(history)
+        step_count = len(history) if step_count is None else step_count
 
         def prompt(steps: list, obs: str) -> list[int]:
-            return self.encode(self.render(self.user_message(task, steps, obs, admissible, memory)))
+            return self.encode(self.render(self.user_message(task, steps, obs, admissible, memory, step_count)))
 
         for keep in range(len(history), -1, -1):
             ids = prompt(history[len(history) - keep :], observation)

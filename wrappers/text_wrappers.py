@@ -27,6 +27,7 @@ from gagpo_gym.core import state_key
 from wrappers.memory import Memory
 
 _ACTION_TAG = re.compile(r"<action>(.*?)</action>", re.IGNORECASE | re.DOTALL)
+_CJK = re.compile(r"[\u4e00-\u9fff]")  # the CJK unified ideographs verl-agent's ALFWorld and WebShop rules reject
 
 
 def parse_key_spec(spec: str) -> tuple[str, int]:
@@ -137,22 +138,34 @@ def extract_action(text: str, *, tagged: bool) -> str | None:
     return text.strip()
 
 
+def follows_think_format(text: str) -> bool:
+    """verl-agent's rule for a well-formed response: a ``<think> </think>`` block and no CJK characters."""
+    return isinstance(text, str) and "<think>" in text and "</think>" in text and not _CJK.search(text)
+
+
 class ParseAction(gym.Wrapper):
     """Extract the command from raw model output; unparsable output becomes an invalid action (never a crash).
 
     ``info["action_parsed"]`` says whether a command could be extracted; the env itself decides validity
     (``info["action_valid"]``). With ``tagged=False`` (choose mode) a plain command passes through unchanged.
+    ``strict`` (generate mode) also requires :func:`follows_think_format`: a response without it still plays its
+    command, as in verl-agent, but counts as unparsed and loses ``penalty`` (once: not again when the env also
+    rejected the command, which its own penalty wrapper already charged).
     """
 
-    def __init__(self, env: gym.Env, tagged: bool = True) -> None:
+    def __init__(self, env: gym.Env, tagged: bool = True, strict: bool = False, penalty: float = 0.0) -> None:
         super().__init__(env)
-        self.tagged = tagged
+        self.tagged, self.strict, self.penalty = tagged, strict, float(penalty)
 
     def step(self, action):
         command = extract_action(action, tagged=self.tagged)
         obs, reward, terminated, truncated, info = self.env.step("" if command is None else command)
         info = dict(info)
         info["action_parsed"] = command is not None
+        if self.strict and command is not None and not follows_think_format(action):
+            info["action_parsed"] = False
+            if info.get("action_valid", True):
+                reward = float(reward) - self.penalty
         return obs, reward, terminated, truncated, info
 
 
@@ -176,7 +189,8 @@ class InvalidActionPenalty(gym.Wrapper):
 
 
 class History(gym.Wrapper):
-    """Keep the last ``length`` (observation, action) pairs in ``info["history"]`` for prompt building."""
+    """Keep the last ``length`` (observation, action) pairs in ``info["history"]`` for prompt building, and the
+    steps taken so far in the episode in ``info["episode_step"]`` (prompt templates show it)."""
 
     def __init__(self, env: gym.Env, length: int = 2) -> None:
         super().__init__(env)
@@ -185,19 +199,23 @@ class History(gym.Wrapper):
         self.length = length
         self._pairs: deque[tuple[str, str]] = deque(maxlen=length or None)
         self._last_obs = ""
+        self._steps = 0
 
     def reset(self, **kwargs: Any):
         obs, info = self.env.reset(**kwargs)
         self._pairs.clear()
         self._last_obs = obs
-        return obs, {**info, "history": []}
+        self._steps = 0
+        return obs, {**info, "history": [], "episode_step": 0}
 
     def step(self, action):
         obs, reward, terminated, truncated, info = self.env.step(action)
         if self.length:
             self._pairs.append((self._last_obs, str(action)))
         self._last_obs = obs
-        return obs, reward, terminated, truncated, {**info, "history": [list(p) for p in self._pairs]}
+        self._steps += 1
+        history = [list(p) for p in self._pairs]
+        return obs, reward, terminated, truncated, {**info, "history": history, "episode_step": self._steps}
 
 
 class EpisodeStatistics(gym.wrappers.RecordEpisodeStatistics):
@@ -266,14 +284,16 @@ def wrap_text_env(
     tagged: bool = True,
     backoff: Sequence[str] = (),
     memory: bool = False,
+    strict_format: bool = False,
 ) -> gym.Env:
     """The standard stack for training: state and back-off keys, invalid-action penalty, history, the episode's
-    memory (``memory=True``), action parsing, and outermost the episode statistics (it counts the penalised
-    rewards and ParseAction's ``action_parsed``)."""
+    memory (``memory=True``), action parsing (``strict_format``: verl-agent's think-block rule, see
+    :class:`ParseAction`), and outermost the episode statistics (it counts the penalised rewards and ParseAction's
+    ``action_parsed``)."""
     env = StateKey(env, key, backoff)
     env = InvalidActionPenalty(env, penalty)
     env = History(env, history_length)
     if memory:
         env = Memory(env)
-    env = ParseAction(env, tagged)
+    env = ParseAction(env, tagged, strict=strict_format and tagged, penalty=penalty)
     return EpisodeStatistics(env)
