@@ -100,6 +100,22 @@ class GroupRolloutBuffer:
     def complete(self) -> bool:
         return not self._open
 
+    def informative(self, group: int) -> bool:
+        """A finished group teaches something: some advantage of its rows is not zero."""
+        return any(self.rows[i].advantage != 0.0 for i in self._rows_of_group[group])
+
+    def keep_groups(self, groups: set[int]) -> None:
+        """Drop every finished group not in ``groups`` (dynamic sampling), rows and bookkeeping alike."""
+        if not self.complete:
+            raise RuntimeError("keep_groups() called while episodes are still running")
+        kept = [r for r in self.rows if r.group in groups]
+        self.reset()
+        for row in kept:
+            self._rows_of_group.setdefault(row.group, []).append(len(self.rows))
+            self.rows.append(row)
+            if row.group not in self.finished_groups:
+                self.finished_groups.append(row.group)
+
     def _group_rows(self, group: int) -> list[Row]:
         """The group's rows laid out episode by episode (the estimators' contract), time order kept inside each."""
         idx = np.asarray(self._rows_of_group[group])

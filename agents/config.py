@@ -54,6 +54,18 @@ class GAGPOConfig:
     zero_failed_groups: bool = field(
         default=False, metadata={"help": "zero the advantages of groups in which no episode succeeded"}
     )
+    # DAPO's dynamic sampling (verl-agent's dynamic GiGPO): a group whose advantages are all zero teaches nothing
+    # but dilutes the loss; more groups are played until num_groups informative ones are in, within a cap.
+    dynamic_sampling: bool = field(
+        default=False,
+        metadata={
+            "help": "drop groups whose advantages are all zero and play more (new tasks) until num_groups "
+            "informative groups are in, at most max_extra_rounds more rounds of num_groups"
+        },
+    )
+    max_extra_rounds: int = field(
+        default=2, metadata={"help": "dynamic_sampling: extra rounds of num_groups groups per iteration, at most"}
+    )
     state_key: str = field(default="state", metadata={"help": "state | observation | history:k"})
     # Key back-off (ALGORITHM.md): coarser keys, finest first, for rows whose (group, state) set has fewer than
     # backoff_min_count rows; each a state_key spec or "group" (the whole group). () turns it off.
@@ -226,6 +238,7 @@ class GAGPOConfig:
         check(self.num_groups >= 1 and self.group_size >= 1, "num_groups and group_size must be >= 1")
         check(self.vec_mode in ("sync", "async"), f"vec_mode must be 'sync' or 'async', got {self.vec_mode!r}")
         check(self.task_pool >= 0, f"task_pool must be >= 0, got {self.task_pool}")
+        check(self.max_extra_rounds >= 0, f"max_extra_rounds must be >= 0, got {self.max_extra_rounds}")
         check(0.0 <= self.gamma <= 1.0, f"gamma must be in [0, 1], got {self.gamma}")
         check(0.0 <= self.lam <= 1.0, f"lam must be in [0, 1], got {self.lam}")
         check(0.0 <= self.gae_lambda <= 1.0, f"gae_lambda must be in [0, 1], got {self.gae_lambda}")

@@ -250,8 +250,8 @@ class GAGPOAgent:
         stats = self.rollout.collect(self.iteration, callback, self._count_steps)
         if stats is None:
             return False
-        # Callbacks saw this rank's steps; from here on the count is every rank's.
-        self.num_timesteps = start_timesteps + int(self.dist.sum([len(self.buffer.rows)])[0])
+        # Callbacks saw this rank's steps; from here on the count is every rank's (dropped groups' steps included).
+        self.num_timesteps = start_timesteps + int(self.dist.sum([stats.steps])[0])
         self.last_rollout = self.rollout.log(self.logger, stats)
         callback.on_rollout_end()
         return True

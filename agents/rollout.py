@@ -52,7 +52,12 @@ class RolloutStats:
     tokens: int = 0
     invalid: int = 0  # summed over the finished episodes' records (info["episode"])
     unparsed: int = 0
+    steps: int = 0  # env steps played, dropped groups' included
     episodes: list[dict[str, Any]] = field(default_factory=list)  # return, length, won of each finished episode
+    rounds: int = 0  # rounds of num_groups tasks played (dynamic sampling: more than one)
+    groups_played: int = 0  # every rank's, with dynamic sampling
+    informative_groups: int = 0
+    kept_groups: int = -1  # -1: no selection made
 
 
 class RolloutCollector:
@@ -76,72 +81,109 @@ class RolloutCollector:
         self.num_groups, self.env_id = num_groups, env_id  # num_groups: every rank's
         self.group_offset = dist.rank * env.num_groups  # global index of this rank's first group
 
-    def group_id(self, iteration: int, local_group: int) -> int:
-        """A group's id in the buffer: unique across iterations and ranks."""
-        return iteration * self.num_groups + self.group_offset + local_group
+    def group_id(self, iteration: int, local_group: int, round: int = 0) -> int:
+        """A group's id in the buffer: unique across iterations, rounds (dynamic sampling) and ranks."""
+        rounds = 1 + (self.config.max_extra_rounds if self.config.dynamic_sampling else 0)
+        return (iteration * rounds + round) * self.num_groups + self.group_offset + local_group
 
     def collect(self, iteration: int, callback: BaseCallback, count: Callable[[int], None]) -> RolloutStats | None:
         """Play one rollout into the (reset) buffer; ``count(n)`` is told of every n env steps taken before the
-        callbacks run. Returns None if a callback stopped training, else this rank's statistics."""
+        callbacks run. Returns None if a callback stopped training, else this rank's statistics.
+
+        With ``dynamic_sampling`` a round of ``num_groups`` new tasks is played again while fewer than
+        ``num_groups`` groups have a non-zero advantage (at most ``max_extra_rounds`` times); the first
+        ``num_groups`` informative groups are kept (all of the first round's if none is)."""
         env, c = self.env, self.config
         self.buffer.reset()
         self.policy.eval()
         callback.on_rollout_start()
+        stats = RolloutStats()
+        sampler = iteration_sampler(c.seed, iteration)
         with self.dist.full_params():
-            task_seeds = env.draw_task_seeds(iteration_sampler(c.seed, iteration), self.num_groups)
-            mine = task_seeds[self.group_offset : self.group_offset + env.num_groups]
-            obs, infos = env.reset(options={"task_seeds": mine})
-            if "history" not in infos:
-                raise ValueError("the GroupedVectorEnv's sub-envs must be wrapped with wrappers.wrap_text_env")
-            current = [info_at(infos, i) for i in range(env.num_envs)]
-            for g in range(env.num_groups):
-                members = np.flatnonzero(env.group_index == g)
-                self.buffer.start_group(self.group_id(iteration, g), env.episode_index[members].tolist())
-            stats = RolloutStats()
-            lengths = np.zeros(env.num_envs, dtype=int)  # steps taken: the action seeds' and messages' step index
-            while env.active.any():
-                idx = np.flatnonzero(env.active)
-                out = self.act(iteration, idx, obs, current, lengths, stats)
-                actions: list[Any] = [None] * env.num_envs
-                for k, i in enumerate(idx):
-                    actions[i] = out.texts[k]
-                t0 = time.perf_counter()
-                obs, rewards, terminated, truncated, infos = env.step(actions)
-                stats.env_s += time.perf_counter() - t0
-                next_infos = {int(i): info_at(infos, i) for i in idx}
-                for i in idx:
-                    task = repr(next_infos[i].get("task_id"))
-                    check_reward(rewards[i], self.env_id, task, lengths[i] + 1, actions[i])
-                next_values = self.bootstrap_values(idx, obs, next_infos, truncated)
-                for k, i in enumerate(idx):
-                    info = next_infos[i]
-                    done = bool(terminated[i] or truncated[i])
-                    self.buffer.add(
-                        self.row(iteration, i, k, out, current[i], info, float(rewards[i]), bool(terminated[i]), done,
-                                 next_values.get(int(i), 0.0))
-                    )  # fmt: skip
-                    lengths[i] += 1
-                    if done:  # every episode of a rollout ends: its record counts all of its steps
-                        episode = self.episode_record(info)
-                        stats.invalid += int(episode["invalid"])
-                        stats.unparsed += int(episode["unparsed"])
-                        stats.episodes.append(
-                            {"return": float(episode["r"]), "length": int(episode["l"]), "won": bool(episode["won"])}
-                        )
-                    current[i] = info
-                count(len(idx))
-                # What SB3's on-policy loop offers callbacks: only the members stepped this time can be done.
-                stepped = np.zeros(env.num_envs, dtype=bool)
-                stepped[idx] = True
-                new_obs, dones = obs, (np.asarray(terminated) | np.asarray(truncated)) & stepped  # noqa: F841
-                n_active = len(idx)  # noqa: F841  (read by the progress bar through locals)
-                callback.update_locals(locals())
-                if not callback.on_step():
+            for round in range(1 + (c.max_extra_rounds if c.dynamic_sampling else 0)):
+                task_seeds = env.draw_task_seeds(sampler, self.num_groups)
+                mine = task_seeds[self.group_offset : self.group_offset + env.num_groups]
+                if not self.play_round(iteration, round, mine, callback, count, stats):
                     return None
+                stats.rounds = round + 1
+                if not c.dynamic_sampling or self.select_informative(iteration, stats, final=False):
+                    break
+            if c.dynamic_sampling and stats.kept_groups < 0:
+                self.select_informative(iteration, stats, final=True)
         self.buffer.finalize(self.dist.sum if self.dist.enabled else None)
         return stats
 
-    def act(self, iteration: int, idx: np.ndarray, obs, current: list[dict], lengths: np.ndarray,
+    def select_informative(self, iteration: int, stats: RolloutStats, final: bool) -> bool:
+        """Whether every rank's groups so far hold ``num_groups`` informative ones; if so (or ``final``), keep
+        those (the first in group order) and drop the rest. Every rank decides alike from the gathered flags."""
+        flags = [(g, self.buffer.informative(g)) for g in self.buffer.finished_groups]
+        every = sorted(item for part in self.dist.gather(flags) for item in part)
+        informative = [g for g, ok in every if ok]
+        stats.groups_played, stats.informative_groups = len(every), len(informative)
+        if len(informative) < self.num_groups and not final:
+            return False
+        second_round = self.group_id(iteration, 0, 1) - self.group_offset  # every rank's round-1 ids start here
+        first_round = {g for g, _ in every if g < second_round}
+        kept = set(informative[: self.num_groups]) or first_round
+        self.buffer.keep_groups(kept)
+        stats.kept_groups = len(kept)
+        return True
+
+    def play_round(self, iteration: int, round: int, task_seeds: np.ndarray, callback: BaseCallback,
+                   count: Callable[[int], None], stats: RolloutStats) -> bool:  # fmt: skip
+        """Every group of this rank plays its task (``task_seeds``) to the end; False if a callback stopped."""
+        env = self.env
+        obs, infos = env.reset(options={"task_seeds": task_seeds})
+        if "history" not in infos:
+            raise ValueError("the GroupedVectorEnv's sub-envs must be wrapped with wrappers.wrap_text_env")
+        current = [info_at(infos, i) for i in range(env.num_envs)]
+        for g in range(env.num_groups):
+            members = np.flatnonzero(env.group_index == g)
+            self.buffer.start_group(self.group_id(iteration, g, round), env.episode_index[members].tolist())
+        lengths = np.zeros(env.num_envs, dtype=int)  # steps taken: the action seeds' and messages' step index
+        while env.active.any():
+            idx = np.flatnonzero(env.active)
+            out = self.act(iteration, round, idx, obs, current, lengths, stats)
+            actions: list[Any] = [None] * env.num_envs
+            for k, i in enumerate(idx):
+                actions[i] = out.texts[k]
+            t0 = time.perf_counter()
+            obs, rewards, terminated, truncated, infos = env.step(actions)
+            stats.env_s += time.perf_counter() - t0
+            next_infos = {int(i): info_at(infos, i) for i in idx}
+            for i in idx:
+                task = repr(next_infos[i].get("task_id"))
+                check_reward(rewards[i], self.env_id, task, lengths[i] + 1, actions[i])
+            next_values = self.bootstrap_values(idx, obs, next_infos, truncated)
+            for k, i in enumerate(idx):
+                info = next_infos[i]
+                done = bool(terminated[i] or truncated[i])
+                self.buffer.add(
+                    self.row(iteration, round, i, k, out, current[i], info, float(rewards[i]), bool(terminated[i]),
+                             done, next_values.get(int(i), 0.0))
+                )  # fmt: skip
+                lengths[i] += 1
+                if done:  # every episode of a rollout ends: its record counts all of its steps
+                    episode = self.episode_record(info)
+                    stats.invalid += int(episode["invalid"])
+                    stats.unparsed += int(episode["unparsed"])
+                    stats.episodes.append(
+                        {"return": float(episode["r"]), "length": int(episode["l"]), "won": bool(episode["won"])}
+                    )
+                current[i] = info
+            stats.steps += len(idx)
+            count(len(idx))
+            # What SB3's on-policy loop offers callbacks: only the members stepped this time can be done.
+            stepped = np.zeros(env.num_envs, dtype=bool)
+            stepped[idx] = True
+            new_obs, dones = obs, (np.asarray(terminated) | np.asarray(truncated)) & stepped  # noqa: F841
+            n_active = len(idx)  # noqa: F841  (read by the progress bar through locals)
+            callback.update_locals(locals())
+            if not callback.on_step():
+                return False
+        return True
+
+    def act(self, iteration: int, round: int, idx: np.ndarray, obs, current: list[dict], lengths: np.ndarray,
             stats: RolloutStats) -> Rollout:  # fmt: skip
         """The policy's actions for the sub-envs ``idx``, each sampled with its own seed (:func:`action_seed`)."""
         env, c = self.env, self.config
@@ -155,7 +197,7 @@ class RolloutCollector:
         t0 = time.perf_counter()
         prompts = [self.prompts.for_step(obs[i], current[i]) for i in idx]
         seeds = [
-            action_seed(c.seed, self.group_id(iteration, int(env.group_index[i])), int(i) % env.group_size,
+            action_seed(c.seed, self.group_id(iteration, int(env.group_index[i]), round), int(i) % env.group_size,
                         int(lengths[i]))
             for i in idx
         ]  # fmt: skip
@@ -164,13 +206,13 @@ class RolloutCollector:
         stats.tokens += out.scored_tokens
         return out
 
-    def row(self, iteration: int, i: int, k: int, out: Rollout, before: dict, after: dict, reward: float,
-            terminated: bool, done: bool, next_value: float) -> Row:  # fmt: skip
+    def row(self, iteration: int, round: int, i: int, k: int, out: Rollout, before: dict, after: dict,
+            reward: float, terminated: bool, done: bool, next_value: float) -> Row:  # fmt: skip
         """The buffer's row of sub-env ``i``'s step from the state of info ``before`` to ``after`` (``k``: its
         place in the policy's output)."""
         env = self.env
         return Row(
-            group=self.group_id(iteration, int(env.group_index[i])),
+            group=self.group_id(iteration, int(env.group_index[i]), round),
             episode=int(env.episode_index[i]),
             prompt_ids=out.prompt_ids[k],
             rollout_logp=out.logp[k],
@@ -212,17 +254,24 @@ class RolloutCollector:
         rows, dist = self.buffer.rows, self.dist
         a = self.buffer.advantages()
         episodes = stats.episodes
-        counts = {"invalid": stats.invalid, "unparsed": stats.unparsed, "tokens": stats.tokens}
+        counts = {"invalid": stats.invalid, "unparsed": stats.unparsed, "tokens": stats.tokens, "steps": stats.steps}
         if dist.enabled:
             episodes = [e for part in dist.gather(episodes) for e in part]
             counts = dict(zip(counts, dist.sum(list(counts.values())).tolist()))
         n = int(dist.sum([len(rows)])[0])
+        played = int(counts["steps"])  # every step played (dynamic sampling: the dropped groups' too)
         record = logger.record
+        if self.config.dynamic_sampling:
+            record("rollout/rounds", stats.rounds)
+            record("rollout/groups_played", stats.groups_played)
+            record("rollout/informative_group_share", stats.informative_groups / max(stats.groups_played, 1))
+            record("rollout/groups_kept", stats.kept_groups)
+            record("rollout/env_steps_played", played)
         record("rollout/success_rate", float(np.mean([e["won"] for e in episodes])))
         record("rollout/ep_return_mean", float(np.mean([e["return"] for e in episodes])))
         record("rollout/ep_len_mean", float(np.mean([e["length"] for e in episodes])))
-        record("rollout/invalid_rate", counts["invalid"] / max(n, 1))
-        record("rollout/unparsed_rate", counts["unparsed"] / max(n, 1))
+        record("rollout/invalid_rate", counts["invalid"] / max(played, 1))
+        record("rollout/unparsed_rate", counts["unparsed"] / max(played, 1))
         record("rollout/prompt_truncations", self.prompts.truncated_count)
         record("rollout/prompt_overflows", self.prompts.overflow_count)
         record("advantage/mean", float(a.mean()))
@@ -238,6 +287,6 @@ class RolloutCollector:
             record(f"advantage/level_share_{level}", share)
         record("time/generate_s", stats.gen_s)
         record("time/env_s", stats.env_s)
-        record("time/env_steps_per_s", n / max(stats.gen_s + stats.env_s, 1e-9))
+        record("time/env_steps_per_s", played / max(stats.gen_s + stats.env_s, 1e-9))
         record("time/tokens_per_s", counts["tokens"] / max(stats.gen_s, 1e-9))
         return {"episodes": episodes, "rows": n, "gen_s": stats.gen_s, "env_s": stats.env_s, **counts}
