@@ -2,7 +2,7 @@
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-EXTRAS ?= dev,pettingzoo,alfworld,tensorboard,peft,distributed
+EXTRAS ?= dev,pettingzoo,textarena,openenv,alfworld,tensorboard,peft,distributed
 
 VLLM_VENV ?= .venv-vllm
 # vLLM publishes CUDA wheels only; the community CPU build runs the real engine on a machine without a GPU.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Callable
 from typing import Any
 
@@ -56,7 +57,7 @@ def make(id: str, **kwargs: Any) -> gym.Env:
 
 # id, entry point, max_episode_steps, default kwargs. Entry points are strings: nothing heavy is imported
 # until an env is made.
-BUILTIN_ENVS: list[tuple[str, str, int, dict[str, Any]]] = [
+BUILTIN_ENVS: list[tuple[str, str, int | None, dict[str, Any]]] = [
     ("Maze-v0", "gagpo_gym.envs.maze:MazeEnv", 50, {}),
     ("Sokoban-v0", "gagpo_gym.envs.sokoban:SokobanEnv", 30, {}),
     ("FrozenLake-v0", "gagpo_gym.envs.toy_text:TextFrozenLake", 50, {}),
@@ -67,9 +68,23 @@ BUILTIN_ENVS: list[tuple[str, str, int, dict[str, Any]]] = [
     ("ALFWorld-v0", "gagpo_gym.envs.alfworld:ALFWorldEnv", 50, {}),
     ("MiniHouse-v0", "gagpo_gym.envs.minihouse:MiniHouseEnv", 50, {}),
     ("MiniShop-v0", "gagpo_gym.envs.minishop:MiniShopEnv", 15, {}),
+    ("OpenEnv-v0", "gagpo_gym.envs.openenv:OpenEnvTextEnv", None, {}),  # needs url=; the server's time limit
 ]
 
 
 def register_builtin_envs() -> None:
     for env_id, entry_point, max_steps, kwargs in BUILTIN_ENVS:
         register_text_env(env_id, entry_point, max_episode_steps=max_steps, **kwargs)
+    register_textarena_envs()
+
+
+def register_textarena_envs() -> list[str]:
+    """The TextArena games (``gagpo_gym/TextArena-<Game>-v0``), where the optional ``textarena`` is installed.
+
+    Only its presence is checked here (``find_spec``): textarena itself is imported when such an env is made.
+    """
+    if importlib.util.find_spec("textarena") is None:
+        return []
+    from gagpo_gym.envs.textarena import register_textarena_envs as register
+
+    return register()
