@@ -428,6 +428,9 @@ def test_ctrl_c_in_async_mode_ends_with_one_line_and_exit_130(tmp_path):
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
         env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"},
         start_new_session=True,  # a process group of its own, as a terminal's job: Ctrl-C reaches every process
+        # A terminal's foreground job starts with SIGINT's default action; a test run launched in the background
+        # of a non-interactive shell (`make test &`) ignores SIGINT, and a child would inherit that.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )  # fmt: skip
     try:
         selector = selectors.DefaultSelector()
