@@ -6,10 +6,9 @@ import dataclasses
 import math
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from wrappers.prompt import TEMPLATES
+from wrappers.prompt import prompt_template
 from wrappers.text_wrappers import parse_backoff_spec, parse_key_spec
 
 ESTIMATORS = ("gagpo", "gigpo", "grpo", "rloo", "ppo")
@@ -267,11 +266,10 @@ class GAGPOConfig:
             f"choose_score must be auto|sum|mean, got {self.choose_score!r}",
         )
         check(self.history_length >= 0, "history_length must be >= 0")
-        check(
-            self.prompt_template in ("generic", *TEMPLATES) or Path(self.prompt_template).is_file(),
-            f"prompt_template must be 'generic', one of {sorted(TEMPLATES)} or a template file; "
-            f"got {self.prompt_template!r}",
-        )
+        try:  # the builder's own reading: a template file's placeholders are checked here too
+            prompt_template(self.prompt_template)
+        except ValueError as err:
+            check(False, str(err))
         check(self.max_prompt_tokens >= 16, "max_prompt_tokens must be >= 16")
         check(self.max_new_tokens >= 1, "max_new_tokens must be >= 1")
         check(self.invalid_action_penalty >= 0, "invalid_action_penalty must be >= 0")

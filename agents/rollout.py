@@ -57,7 +57,7 @@ class RolloutStats:
     rounds: int = 0  # rounds of num_groups tasks played (dynamic sampling: more than one)
     groups_played: int = 0  # every rank's, with dynamic sampling
     informative_groups: int = 0
-    kept_groups: int = -1  # -1: no selection made
+    kept_groups: int = 0
 
 
 class RolloutCollector:
@@ -106,28 +106,30 @@ class RolloutCollector:
                 if not self.play_round(iteration, round, mine, callback, count, stats):
                     return None
                 stats.rounds = round + 1
-                if not c.dynamic_sampling or self.select_informative(iteration, stats, final=False):
+                if not c.dynamic_sampling:
                     break
-            if c.dynamic_sampling and stats.kept_groups < 0:
-                self.select_informative(iteration, stats, final=True)
+                flags = self.group_flags(stats)
+                if stats.informative_groups >= self.num_groups:
+                    break
+            if c.dynamic_sampling:
+                self.keep_informative(iteration, flags, stats)
         self.buffer.finalize(self.dist.sum if self.dist.enabled else None)
         return stats
 
-    def select_informative(self, iteration: int, stats: RolloutStats, final: bool) -> bool:
-        """Whether every rank's groups so far hold ``num_groups`` informative ones; if so (or ``final``), keep
-        those (the first in group order) and drop the rest. Every rank decides alike from the gathered flags."""
+    def group_flags(self, stats: RolloutStats) -> list[tuple[int, bool]]:
+        """(group id, informative) of every rank's finished groups, in group order: every rank sees the same."""
         flags = [(g, self.buffer.informative(g)) for g in self.buffer.finished_groups]
         every = sorted(item for part in self.dist.gather(flags) for item in part)
-        informative = [g for g, ok in every if ok]
-        stats.groups_played, stats.informative_groups = len(every), len(informative)
-        if len(informative) < self.num_groups and not final:
-            return False
+        stats.groups_played, stats.informative_groups = len(every), sum(ok for _, ok in every)
+        return every
+
+    def keep_informative(self, iteration: int, flags: list[tuple[int, bool]], stats: RolloutStats) -> None:
+        """Keep the first ``num_groups`` informative groups (the first round's groups if none is), drop the rest."""
         second_round = self.group_id(iteration, 0, 1) - self.group_offset  # every rank's round-1 ids start here
-        first_round = {g for g, _ in every if g < second_round}
-        kept = set(informative[: self.num_groups]) or first_round
+        informative = [g for g, ok in flags if ok]
+        kept = set(informative[: self.num_groups]) or {g for g, _ in flags if g < second_round}
         self.buffer.keep_groups(kept)
         stats.kept_groups = len(kept)
-        return True
 
     def play_round(self, iteration: int, round: int, task_seeds: np.ndarray, callback: BaseCallback,
                    count: Callable[[int], None], stats: RolloutStats) -> bool:  # fmt: skip
