@@ -1,15 +1,17 @@
 """Sim-to-real in one command: train the tiny model in MiniHouse only, then play the real ALFWorld games.
 
-    python scripts/sim2real.py --out results/sim2real                 # the full run (about an hour on 2 CPU cores)
+    python scripts/sim2real.py --out results/sim2real                 # the full run (about 1.5 hours on 2 CPU cores)
+    python scripts/sim2real.py --prior results/priors/minihouse-full-search   # fine-tune the committed prior
     python scripts/sim2real.py --out /tmp/s2r --episodes 20 --epochs 1 --steps 128 --n-seen 12 --n-unseen 6
 
 Stages (each skipped with ``--resume`` when its output is there):
 
 1. **Warm start** (``agents.warm_start``) on full-size MiniHouse houses, all six task types, fresh tasks every
    episode, from the transcripts of MiniHouse's searching expert (it finds objects by looking; it never reads where
-   they are), with the ``"choice"`` objective (the choose-mode policy's own cross-entropy).
+   they are), with the ``"choice"`` objective (the choose-mode policy's own cross-entropy). ``--prior PATH`` uses
+   a warm-start folder made before (``scripts/warm_start.py``) instead.
 2. **GAGPO** on full-size MiniHouse from that prior (``GAGPOAgent(env, model=prior).learn(steps)``), with the
-   fine-tuning settings a prior brings (``agents.prior.FINE_TUNE``).
+   fine-tuning settings a prior brings (its ``prior.json``, else ``agents.prior.FINE_TUNE``).
 3. **Evaluation on the real engine** through ``scripts/eval.py`` (ALFWorld-v0, 50 steps, greedy, per task type):
    the random admissible policy, the prior, the agent after GAGPO, and ALFWorld's handcoded expert (it sees what
    the agent sees). Model selection uses valid_seen only: of the prior and the agent after GAGPO, the better one on
@@ -51,6 +53,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=0, help="warm start and GAGPO seed")
     parser.add_argument("--torch-threads", type=int, default=1, help="torch CPU threads per process")
     warm = parser.add_argument_group("warm start (MiniHouse full-size houses, the searching expert)")
+    warm.add_argument(
+        "--prior", default=None,
+        help="a warm-start folder to fine-tune instead of building one (results/priors/minihouse-full-search)",
+    )  # fmt: skip
     warm.add_argument("--episodes", type=int, default=800, help="expert episodes, each on a fresh task")
     warm.add_argument("--epsilon", type=float, default=0.2, help="probability of a random admissible action")
     warm.add_argument(
@@ -66,7 +72,10 @@ def build_parser() -> argparse.ArgumentParser:
     warm.add_argument("--tiny-hidden-size", type=int, default=64, help="width of the tiny model")
     warm.add_argument("--tiny-layers", type=int, default=2, help="decoder layers of the tiny model")
     rl = parser.add_argument_group("GAGPO (MiniHouse full-size houses)")
-    rl.add_argument("--steps", type=int, default=4000, help="GAGPO env steps (0: skip; the prior is the agent)")
+    rl.add_argument(
+        "--steps", type=int, default=20000,
+        help="GAGPO env steps (0: skip; the prior is the agent); 20k is bench_learning's minihouse-full budget",
+    )  # fmt: skip
     rl.add_argument("--num-groups", type=int, default=4, help="tasks per iteration")
     rl.add_argument("--group-size", type=int, default=4, help="episodes per task")
     rl.add_argument("--estimator", default="gagpo", help="advantage estimator")
@@ -85,10 +94,12 @@ def warm_start_stage(args: argparse.Namespace, prior: Path) -> dict[str, Any]:
     from agents.prior import read_prior
     from agents.warm_start import warm_start
 
-    record = read_prior(prior) if args.resume else None
+    record = read_prior(prior) if args.resume or args.prior else None
     if record is not None:
         print(f"warm start: reusing {prior}")
         return record
+    if args.prior:
+        fail(f"--prior {args.prior}: not a warm-start folder (no readable prior.json)")
     return warm_start(
         MINIHOUSE, prior, env_kwargs={"size": "full"}, episodes=args.episodes, epsilon=args.epsilon,
         epochs=args.epochs, learning_rate=args.warm_learning_rate, batch_size=args.warm_batch_size, seed=args.seed,
@@ -174,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
         fail("--n-seen, --n-unseen and --episodes must be >= 1 and --steps >= 0")
     out = Path(args.out)
     work = out / "work"
-    prior = work / "prior"
+    prior = Path(args.prior) if args.prior else work / "prior"
     work.mkdir(parents=True, exist_ok=True)
     import torch
 
@@ -206,7 +217,8 @@ def main(argv: list[str] | None = None) -> int:
     (out / "sim2real.json").write_text(json.dumps(payload, indent=2, default=str))
     lines = [
         f"Selected on valid_seen: **{selected}** (copied to `{agent_dir}`).",
-        f"Warm start: {training['warm_start']['episodes']} searching-expert episodes "
+        f"Warm start{f' (reused: `{args.prior}`)' if args.prior else ''}: "
+        f"{training['warm_start']['episodes']} searching-expert episodes "
         f"({training['warm_start']['actions']} actions), {training['warm_start']['seconds']:.0f}s. "
         f"GAGPO: {training['gagpo']['minihouse_env_steps']} MiniHouse env steps, {training['gagpo']['seconds']:.0f}s.",
     ]

@@ -108,3 +108,21 @@ def test_pipeline_trains_selects_and_resumes(tmp_path):
     assert sim2real.main([*argv, "--resume"]) == 0  # nothing is trained or played again
     assert {p: p.stat().st_mtime_ns for p in (out / "eval").rglob("eval.json")} == stamps
     assert (work / "gagpo" / "agent.json").stat().st_mtime_ns == trained
+
+
+def test_a_given_prior_is_fine_tuned_as_it_is_and_a_folder_without_one_is_refused(tmp_path, capsys):
+    """``--prior PATH`` reuses a warm-start folder: its own record comes back and nothing is trained; a folder that
+    is not a warm start ends in one readable error before any work."""
+    import sim2real
+
+    source = ROOT / "results" / "priors" / "minihouse-full-search"
+    args = sim2real.build_parser().parse_args(["--prior", str(source)])
+    stamp = (source / "prior.json").stat().st_mtime_ns
+    record = sim2real.warm_start_stage(args, pathlib.Path(args.prior))
+    assert record == json.loads((source / "prior.json").read_text()) and record["episodes"] == 800
+    assert (source / "prior.json").stat().st_mtime_ns == stamp
+    with pytest.raises(SystemExit) as ended:
+        sim2real.main(["--prior", str(tmp_path), "--out", str(tmp_path / "out")])
+    assert ended.value.code == 2
+    assert "not a warm-start folder" in capsys.readouterr().err
+    assert not (tmp_path / "out" / "work" / "gagpo").exists()
