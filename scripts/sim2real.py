@@ -15,7 +15,8 @@ Stages (each skipped with ``--resume`` when its output is there):
 3. **Evaluation on the real engine** through ``scripts/eval.py`` (ALFWorld-v0, 50 steps, greedy, per task type):
    the random admissible policy, the prior, the agent after GAGPO, and ALFWorld's handcoded expert (it sees what
    the agent sees). Model selection uses valid_seen only: of the prior and the agent after GAGPO, the better one on
-   valid_seen becomes ``<out>/agent``. valid_unseen is played once per model, after training has ended.
+   valid_seen becomes ``<out>/agent``. valid_unseen is played once per model, after training has ended. The prior
+   and the agent also play ``--n-heldout`` held-out full-size MiniHouse houses (what RL raised in simulation).
 
 Writes ``<out>/agent`` (the selected agent, a few MB), ``<out>/prior_agent`` (the prior's row),
 ``<out>/sim2real.{json,md}`` (tables per split, training
@@ -37,9 +38,13 @@ from typing import Any
 
 from common import ALFWORLD_ORDER, ROOT, fail, markdown_table
 
+from agents.prior import HELDOUT_OFFSET
+
 MINIHOUSE = "gagpo_gym/MiniHouse-v0"
 ALFWORLD = "gagpo_gym/ALFWorld-v0"
 SPLIT_GAMES = {"valid_seen": 140, "valid_unseen": 134}
+#: The MiniHouse panel the models are also played on: held-out full-size houses, never trained on.
+MINIHOUSE_HELDOUT = "minihouse_heldout"
 ROWS = ("random", "prior", "gagpo", "handcoded expert")
 
 
@@ -83,6 +88,10 @@ def build_parser() -> argparse.ArgumentParser:
     ev = parser.add_argument_group("evaluation (real ALFWorld, 50 steps, greedy)")
     ev.add_argument("--n-seen", type=int, default=SPLIT_GAMES["valid_seen"], help="valid_seen games (selection)")
     ev.add_argument("--n-unseen", type=int, default=SPLIT_GAMES["valid_unseen"], help="valid_unseen games")
+    ev.add_argument(
+        "--n-heldout", type=int, default=100,
+        help=f"held-out full-size MiniHouse houses (seeds {HELDOUT_OFFSET}..) the prior and the agent also play",
+    )  # fmt: skip
     ev.add_argument("--jobs", type=int, default=2, help="eval.py processes at a time")
     ev.add_argument(
         "--workers", type=int, default=0, help="env worker processes per eval.py (its --workers; the same tables)"
@@ -139,17 +148,22 @@ def rl_stage(args: argparse.Namespace, prior: Path, work: Path) -> dict[str, Any
 
 def eval_rows(args: argparse.Namespace, work: Path, out: Path, split: str, rows: list[str]) -> dict[str, Any]:
     """Run scripts/eval.py once per row on ``split`` (``--jobs`` at a time); returns each row's eval.json."""
-    n_tasks = args.n_seen if split == "valid_seen" else args.n_unseen
+    n_tasks = {"valid_seen": args.n_seen, "valid_unseen": args.n_unseen}.get(split, args.n_heldout)
     sources = {"prior": work / "prior_agent", "gagpo": work / "gagpo"}
 
     def run(row: str) -> dict[str, Any]:
         folder = out / "eval" / split / row.replace(" ", "_")
         if args.resume and (folder / "eval.json").is_file():
             return json.loads((folder / "eval.json").read_text())
-        kwargs = {"split": split, **({"expert": "handcoded"} if row == "handcoded expert" else {})}
+        if split == MINIHOUSE_HELDOUT:
+            env, kwargs, offset = MINIHOUSE, {"size": "full"}, HELDOUT_OFFSET
+        else:
+            env, kwargs, offset = ALFWORLD, {"split": split}, 0
+            kwargs |= {"expert": "handcoded"} if row == "handcoded expert" else {}
         command = [
-            sys.executable, str(ROOT / "scripts" / "eval.py"), "--env", ALFWORLD, "--env-kwargs", json.dumps(kwargs),
-            "--n-tasks", str(n_tasks), "--batch-size", "8", "--workers", str(args.workers), "--out", str(folder),
+            sys.executable, str(ROOT / "scripts" / "eval.py"), "--env", env, "--env-kwargs", json.dumps(kwargs),
+            "--n-tasks", str(n_tasks), "--seed-offset", str(offset), "--batch-size", "8", "--workers",
+            str(args.workers), "--out", str(folder),
         ]  # fmt: skip
         if row in sources:
             command += ["--agent", str(sources[row]), "--name", row]
@@ -181,8 +195,8 @@ def split_table(results: dict[str, Any]) -> list[dict[str, Any]]:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.n_seen < 1 or args.n_unseen < 1 or args.episodes < 1 or args.steps < 0:
-        fail("--n-seen, --n-unseen and --episodes must be >= 1 and --steps >= 0")
+    if min(args.n_seen, args.n_unseen, args.n_heldout, args.episodes) < 1 or args.steps < 0:
+        fail("--n-seen, --n-unseen, --n-heldout and --episodes must be >= 1 and --steps >= 0")
     out = Path(args.out)
     work = out / "work"
     prior = Path(args.prior) if args.prior else work / "prior"
@@ -197,6 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     seen = eval_rows(args, work, out, "valid_seen", list(ROWS))
     selected = max(("prior", "gagpo"), key=lambda row: (seen[row]["results"][0]["success_rate"], row == "gagpo"))
     unseen = eval_rows(args, work, out, "valid_unseen", list(ROWS))
+    heldout = eval_rows(args, work, out, MINIHOUSE_HELDOUT, ["prior", "gagpo"])
     agent_dir = out / "agent"
     for source, target in ((work / ("prior_agent" if selected == "prior" else "gagpo"), agent_dir),
                            (work / "prior_agent", out / "prior_agent")):  # fmt: skip
@@ -204,7 +219,14 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(target)
         shutil.copytree(source, target)
 
-    tables = {"valid_seen": split_table(seen), "valid_unseen": split_table(unseen)}
+    tables = {"valid_seen": split_table(seen), "valid_unseen": split_table(unseen), MINIHOUSE_HELDOUT: []}
+    for row, payload in heldout.items():
+        metrics = payload["results"][0]
+        per_type = {t: round(100 * v, 1) for t, v in sorted(metrics["per_type"].items())}
+        tables[MINIHOUSE_HELDOUT].append(
+            {"policy": row, "All": round(100 * metrics["success_rate"], 1), **per_type,
+             "Length": metrics["mean_length"], "Houses": metrics["n_tasks"]}
+        )  # fmt: skip
     training = {
         "warm_start": {
             "episodes": prior_record["episodes"], "actions": prior_record["actions"],
@@ -223,7 +245,11 @@ def main(argv: list[str] | None = None) -> int:
         f"GAGPO: {training['gagpo']['minihouse_env_steps']} MiniHouse env steps, {training['gagpo']['seconds']:.0f}s.",
     ]
     for split, rows in tables.items():
-        lines += ["", f"**ALFWorld {split}** (greedy, 50 steps; success %):", "", markdown_table(rows)]
+        if split == MINIHOUSE_HELDOUT:
+            title = f"**MiniHouse, held-out full-size houses** (seeds {HELDOUT_OFFSET}.., greedy; success %)"
+        else:
+            title = f"**ALFWorld {split}** (greedy, 50 steps; success %)"
+        lines += ["", f"{title}:", "", markdown_table(rows)]
     text = "\n".join(lines)
     (out / "sim2real.md").write_text(text + "\n")
     print(text)

@@ -68,7 +68,8 @@ def test_pipeline_trains_selects_and_resumes(tmp_path):
 
     out = tmp_path / "s2r"
     argv = ["--out", str(out), "--episodes", "3", "--epochs", "1", "--steps", "1", "--num-groups", "1",
-            "--group-size", "2", "--ent-coef", "0.05", "--n-seen", "1", "--n-unseen", "1"]  # fmt: skip
+            "--group-size", "2", "--ent-coef", "0.05", "--n-seen", "1", "--n-unseen", "1",
+            "--n-heldout", "2"]  # fmt: skip
     assert sim2real.main(argv) == 0
     payload = json.loads((out / "sim2real.json").read_text())
     for split in ("valid_seen", "valid_unseen"):
@@ -76,6 +77,10 @@ def test_pipeline_trains_selects_and_resumes(tmp_path):
         assert set(rows) == set(sim2real.ROWS) and all(row["Games"] == 1 for row in rows.values())
         assert rows["handcoded expert"]["All"] == 100.0 and rows["handcoded expert"]["Won steps"] <= 50
     assert payload["training"]["warm_start"]["episodes"] == 3
+    heldout = {row["policy"]: row for row in payload["tables"][sim2real.MINIHOUSE_HELDOUT]}
+    assert set(heldout) == {"prior", "gagpo"} and all(row["Houses"] == 2 for row in heldout.values())
+    panel = json.loads((out / "eval" / sim2real.MINIHOUSE_HELDOUT / "gagpo" / "eval.json").read_text())
+    assert [e["seed"] for e in panel["results"][0]["episodes"]] == [100_000, 100_001]  # never a training seed
     # GAGPO trained: one iteration, both episodes played to the end, then the update's optimiser steps (two episodes
     # of a 3-episode prior rarely win a full house, so the advantages may well be 0: the entropy bonus moves it).
     work = out / "work"
@@ -103,7 +108,7 @@ def test_pipeline_trains_selects_and_resumes(tmp_path):
     agent = GAGPOAgent.load(str(out / "agent"), verbose=0, torch_threads=1)
     assert agent.env_id == sim2real.MINIHOUSE and agent.config.history_length == 4
     stamps = {p: p.stat().st_mtime_ns for p in (out / "eval").rglob("eval.json")}
-    assert len(stamps) == 8
+    assert len(stamps) == 10
     trained = (work / "gagpo" / "agent.json").stat().st_mtime_ns
     assert sim2real.main([*argv, "--resume"]) == 0  # nothing is trained or played again
     assert {p: p.stat().st_mtime_ns for p in (out / "eval").rglob("eval.json")} == stamps
