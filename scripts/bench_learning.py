@@ -120,6 +120,13 @@ ENVS: dict[str, EnvSetup] = {
         budget={"paper": {"total_steps": 20000, "eval_every": 2000, "seeds": [0, 1, 2]}},
     ),
 }  # fmt: skip
+# The same, from the prior whose prompt also carries the episode's memory of places seen (wrappers.memory): the
+# searching expert remembers every receptacle it opened, four steps of history do not (results/priors/README.md).
+ENVS["minihouse-full-memory"] = dataclasses.replace(
+    ENVS["minihouse-full"],
+    note="full-size houses, a fresh house and task per group, the prompt with the episode's memory of places seen",
+    prior_path="results/priors/minihouse-full-search-memory",
+)
 
 #: Budgets (an env setup may scale them). ``quick`` is sized for about 15 minutes per env (5 estimators x 3 seeds)
 #: on a shared 2-core CPU.
