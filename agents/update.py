@@ -26,7 +26,8 @@ from agents.policy import Evaluation, LLMPolicy, PolicyCore
 
 #: A mean sampler/trainer log-prob gap (nats per token) far beyond rounding in the compute dtype: the engine holds
 #: other weights than the trainer. Warned about once (rollout/logp_gap_mean). fp32: measured 1e-7 with vLLM on a CPU,
-#: 0.025 with one MLP weight of a random tiny model left unsynced; bf16: an estimate, not yet measured on a GPU.
+#: 0.025 with one MLP weight of a random tiny model left unsynced; bf16 on an H200: 0.014 between the HF sampler and
+#: the recompute on a random-init 1.5B model (max 0.07; results/gpu/gpu_check_h200.txt), a stale engine ~0.2.
 LOGP_GAP_WARN = {torch.float32: 1e-3, torch.bfloat16: 0.1}
 
 #: The update's logged quantities (means over its minibatches or micro-batches), as ``train/<name>``.
