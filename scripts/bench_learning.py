@@ -474,7 +474,10 @@ def build_parser() -> tuple[argparse.ArgumentParser, list[str]]:
     )
     parser.add_argument("--envs", nargs="+", default=["maze"], help=f"named setups {sorted(ENVS)} or env ids")
     parser.add_argument("--env-kwargs", default=None, help="JSON merged into every env's constructor arguments")
-    parser.add_argument("--estimators", nargs="+", default=list(ESTIMATORS), choices=ESTIMATORS)
+    parser.add_argument(
+        "--estimators", nargs="*", default=list(ESTIMATORS), choices=ESTIMATORS,
+        help="estimators to run (none with --estimators alone: only the --variant/--backoff/--lam-sweep runs)",
+    )
     parser.add_argument("--seeds", nargs="+", type=int, default=None, help="seeds (preset: 3 or 5)")
     parser.add_argument(
         "--backoff", nargs="+", default=None, help="extra GAGPO runs with key_backoff set to these keys (e.g. group)"
@@ -539,6 +542,8 @@ def _runs_for(
         if "gagpo" in args.estimators and abs(lam - default_lam) < 1e-12:
             continue
         variants.append((f"gagpo (lam={lam:g})", "gagpo", {**base, "lam": lam}))
+    if not variants:
+        fail("nothing to run: name an estimator, a --variant, --backoff or --lam-sweep")
     for _, estimator, config in variants:
         validated_config({**config, "estimator": estimator})
     pool = base.get("task_pool", 0)

@@ -262,6 +262,19 @@ def test_bench_learning_bootstrap_ratio_is_the_ratio_of_means_with_an_interval()
     assert row["rollouts: steps to bar"] == "1.00x [1.00, 1.00]"  # a moving average of 3 reaches 0.8 nowhere
 
 
+def test_bench_learning_runs_only_the_variants_when_no_estimator_is_named(tmp_path):
+    code, _, stderr = call("bench_learning", "--envs", "maze", "--estimators")
+    assert code == 2 and "nothing to run" in stderr
+    result = run(
+        "bench_learning.py", "--envs", "maze", "--env-kwargs", TINY_MAZE, "--estimators", "--variant",
+        'coef1={"episode_coef": 1.0}', "--seeds", "0", "--total-steps", "20", "--eval-every", "20", "--eval-tasks",
+        "2", "--out", str(tmp_path), *TINY_AGENT,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    (run_,) = json.loads((tmp_path / "learning_maze.json").read_text())["runs"]
+    assert run_["label"] == "gagpo coef1" and run_["config"]["episode_coef"] == 1.0
+
+
 def test_bench_learning_paper_preset_needs_a_setup_with_a_prior():
     code, _, stderr = call("bench_learning", "--paper", "--envs", "maze", "--estimators", "gagpo")
     assert code == 2 and "warm-start prior" in stderr
