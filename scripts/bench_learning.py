@@ -477,7 +477,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, list[str]]:
     parser.add_argument(
         "--estimators", nargs="*", default=list(ESTIMATORS), choices=ESTIMATORS,
         help="estimators to run (none with --estimators alone: only the --variant/--backoff/--lam-sweep runs)",
-    )
+    )  # fmt: skip
     parser.add_argument("--seeds", nargs="+", type=int, default=None, help="seeds (preset: 3 or 5)")
     parser.add_argument(
         "--backoff", nargs="+", default=None, help="extra GAGPO runs with key_backoff set to these keys (e.g. group)"
