@@ -169,9 +169,10 @@ class RolloutCollector:
                     episode = self.episode_record(info)
                     stats.invalid += int(episode["invalid"])
                     stats.unparsed += int(episode["unparsed"])
-                    stats.episodes.append(
-                        {"return": float(episode["r"]), "length": int(episode["l"]), "won": bool(episode["won"])}
-                    )
+                    stats.episodes.append({
+                        "return": float(episode["r"]), "length": int(episode["l"]), "won": bool(episode["won"]),
+                        "group": self.buffer.rows[-1].group,
+                    })  # fmt: skip
                 current[i] = info
             stats.steps += len(idx)
             count(len(idx))
@@ -270,6 +271,12 @@ class RolloutCollector:
             record("rollout/groups_kept", stats.kept_groups)
             record("rollout/env_steps_played", played)
         record("rollout/success_rate", float(np.mean([e["won"] for e in episodes])))
+        # Where the estimators find a contrast: groups with some win and some loss teach the most.
+        won_by_group: dict[int, list[bool]] = {}
+        for e in episodes:
+            won_by_group.setdefault(e["group"], []).append(e["won"])
+        record("rollout/groups_any_success", float(np.mean([any(w) for w in won_by_group.values()])))
+        record("rollout/groups_all_success", float(np.mean([all(w) for w in won_by_group.values()])))
         record("rollout/ep_return_mean", float(np.mean([e["return"] for e in episodes])))
         record("rollout/ep_len_mean", float(np.mean([e["length"] for e in episodes])))
         record("rollout/invalid_rate", counts["invalid"] / max(played, 1))

@@ -874,6 +874,13 @@ def test_logged_keys() -> None:
     assert d["time/total_timesteps"] == agent.num_timesteps and d["time/update_s"] > 0
     won = [e["won"] for e in agent.last_rollout["episodes"]]
     assert d["rollout/success_rate"] == pytest.approx(np.mean(won))
+    by_group: dict[int, list[bool]] = {}
+    for e in agent.last_rollout["episodes"]:
+        by_group.setdefault(e["group"], []).append(e["won"])
+    sizes = {len(w) for w in by_group.values()}
+    assert len(by_group) == agent.config.num_groups and sizes == {agent.config.group_size}
+    assert d["rollout/groups_any_success"] == pytest.approx(np.mean([any(w) for w in by_group.values()]))
+    assert d["rollout/groups_all_success"] == pytest.approx(np.mean([all(w) for w in by_group.values()]))
     with_kl = make_agent(seed=9, kl_coef=0.1)
     kl_logs = capture_logs(with_kl)
     with_kl.learn(10)
