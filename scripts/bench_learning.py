@@ -205,6 +205,7 @@ class RunSpec:
     sampled_eval: bool
     model: str = "tiny"
     eval_offset: int = 0
+    save_dir: str = ""  # where the trained agent is saved (<save_dir>/<label>-seed<seed>); "" saves nothing
 
 
 def run_one(spec: RunSpec) -> dict[str, Any]:
@@ -236,6 +237,8 @@ def run_one(spec: RunSpec) -> dict[str, Any]:
     learn_started = time.perf_counter()
     agent.learn(spec.total_steps, callback=evaluation, log_interval=1)
     wall = time.perf_counter() - started
+    if spec.save_dir:
+        agent.save(Path(spec.save_dir) / f"{spec.label.replace(' ', '_')}-seed{spec.seed}")
     curve = [
         {"target_steps": target, **_curve_point(point),
          "wall_s": learn_started - started + point["elapsed_s"]}
@@ -494,6 +497,9 @@ def build_parser() -> tuple[argparse.ArgumentParser, list[str]]:
     parser.add_argument("--bar", type=float, default=None, help="success bar (default: per env setup)")
     parser.add_argument("--jobs", type=int, default=1, help="worker processes (1 thread each)")
     parser.add_argument("--out", default=str(ROOT / "results"), help="output folder")
+    parser.add_argument(
+        "--save-agents", default=None, metavar="DIR", help="save each trained agent to DIR/<label>-seed<seed>"
+    )
     parser.add_argument("--tag", default="", help="suffix of the output file names (learning_<env><tag>.*)")
     names = add_config_arguments(parser, skip=("estimator", "seed"))
     return parser, names
@@ -552,7 +558,7 @@ def _runs_for(
     eval_tasks = min(budget["eval_tasks"], pool) if pool and not heldout else budget["eval_tasks"]
     specs = [
         RunSpec(name, setup, label, estimator, seed, config, budget["total_steps"], budget["eval_every"],
-                eval_tasks, args.eval_sampled, model, HELDOUT_OFFSET if heldout else 0)
+                eval_tasks, args.eval_sampled, model, HELDOUT_OFFSET if heldout else 0, args.save_agents or "")
         for label, estimator, config in variants
         for seed in budget["seeds"]
     ]  # fmt: skip

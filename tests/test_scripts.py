@@ -20,6 +20,7 @@ import pytest
 from agent_helpers import script
 
 from agents.config import GAGPOConfig
+from agents.gagpo import GAGPOAgent
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "scripts"
@@ -177,8 +178,6 @@ def test_eval_puts_a_saved_agent_beside_the_references(trained):
     assert [r["agent"] for r in rows] == ["tiny", "expert"]
     assert rows[1]["Success"] == "100.0 [43.9, 100.0]"
     # The agent's row is what the saved agent itself plays on those tasks (greedy, seeds 0-2), not any number in range.
-    from agents import GAGPOAgent
-
     own = GAGPOAgent.load(trained / "run" / "final", verbose=0, kl_coef=0.0).evaluate(n_tasks=3)
     assert float(rows[0]["Success"].split()[0]) == pytest.approx(100 * own["success_rate"], abs=0.05)
     assert float(rows[0]["Length"]) == pytest.approx(own["mean_length"], abs=0.05)
@@ -268,11 +267,13 @@ def test_bench_learning_runs_only_the_variants_when_no_estimator_is_named(tmp_pa
     result = run(
         "bench_learning.py", "--envs", "maze", "--env-kwargs", TINY_MAZE, "--estimators", "--variant",
         'coef1={"episode_coef": 1.0}', "--seeds", "0", "--total-steps", "20", "--eval-every", "20", "--eval-tasks",
-        "2", "--out", str(tmp_path), *TINY_AGENT,
+        "2", "--out", str(tmp_path), "--save-agents", str(tmp_path / "agents"), *TINY_AGENT,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     (run_,) = json.loads((tmp_path / "learning_maze.json").read_text())["runs"]
     assert run_["label"] == "gagpo coef1" and run_["config"]["episode_coef"] == 1.0
+    saved = GAGPOAgent.load(tmp_path / "agents" / "gagpo_coef1-seed0")  # the trained agent, as it ended
+    assert saved.config.episode_coef == 1.0 and saved.num_timesteps >= 20
 
 
 def test_bench_learning_paper_preset_needs_a_setup_with_a_prior():
