@@ -169,6 +169,8 @@ RATIO_NOTE = (
     " more), with a 90% percentile bootstrap interval over seeds (10,000 resamples of each side's seeds); below 1"
     " means GAGPO is faster. Panel: the evaluation panel above; training tasks: the first tasks of the training pool,"
     " greedy, at the same points; rollouts: the training rollouts' sampled success (as rollout steps to bar)."
+    " Final success: the means at the last evaluation and their ratio, with the same kind of interval (above 1 means"
+    " GAGPO ends higher)."
 )
 
 
@@ -387,8 +389,11 @@ def ratio_table(runs: list[dict[str, Any]], bar: float, train_bar: float = 0.8) 
                 continue
             reach = functools.partial(_curve_steps_to_bar, bar=level, key=key)
             row[f"{panel}: steps to bar"] = _steps_ratio(a, b, reach)
-            final = [np.mean([r["curve"][-1][key] for r in side]) for side in (a, b)]
-            row[f"{panel}: final success"] = f"{final[0]:.3f} vs {final[1]:.3f}"
+            finals = [[r["curve"][-1][key] for r in side] for side in (a, b)]
+            ratio, low, high = bootstrap_ratio(*finals)
+            row[f"{panel}: final success"] = (
+                f"{np.mean(finals[0]):.3f} vs {np.mean(finals[1]):.3f} ({ratio:.2f}x [{low:.2f}, {high:.2f}])"
+            )
         row["rollouts: steps to bar"] = _steps_ratio(a, b, lambda r: rollout_steps_to_bar(r["iterations"], bar))
         rows.append(row)
     return rows
@@ -500,6 +505,10 @@ def build_parser() -> tuple[argparse.ArgumentParser, list[str]]:
     parser.add_argument(
         "--save-agents", default=None, metavar="DIR", help="save each trained agent to DIR/<label>-seed<seed>"
     )
+    parser.add_argument(
+        "--merge", nargs="+", default=None, metavar="JSON",
+        help="write one report from the runs of these learning_*.json files (same env and budget) instead of running",
+    )  # fmt: skip
     parser.add_argument("--tag", default="", help="suffix of the output file names (learning_<env><tag>.*)")
     names = add_config_arguments(parser, skip=("estimator", "seed"))
     return parser, names
@@ -574,6 +583,8 @@ def main(argv: list[str] | None = None) -> int:
         fail(f"--lam-sweep values must be in [0, 1], got {args.lam_sweep}")
     overrides = config_overrides(args, names)
     setups = _setups(args)
+    if args.merge:
+        return merge_reports(args, setups)
     out = Path(args.out)
     total_started = time.perf_counter()
     preset = "full" if args.full else "paper" if args.paper else "quick"
@@ -595,6 +606,34 @@ def main(argv: list[str] | None = None) -> int:
         elapsed = time.perf_counter() - started
         write_outputs(out, f"{name}{args.tag}", setup, runs, labels, bar, budget, elapsed, args)
     print(f"total time {time.perf_counter() - total_started:.0f}s")
+    return 0
+
+
+def merge_reports(args: argparse.Namespace, setups: dict[str, EnvSetup]) -> int:
+    """One report (tables, ratios, plot) from runs made by separate invocations on the same env and budget."""
+    if len(setups) != 1:
+        fail("--merge takes one --envs setup")
+    ((name, setup),) = setups.items()
+    payloads = []
+    for file in args.merge:
+        try:
+            payloads.append(json.loads(Path(file).read_text()))
+        except (OSError, ValueError) as err:
+            fail(f"--merge: cannot read {file}: {err}")
+    first = payloads[0]
+    same = ("env_id", "env_kwargs", "bar", "eval")
+    for file, payload in zip(args.merge, payloads):
+        if payload.get("env_id") != setup.env_id or any(payload.get(k) != first.get(k) for k in same):
+            fail(f"--merge: {file} is not a run of {setup.env_id} with the kwargs, bar and evaluation of the first")
+        budget = {k: v for k, v in payload["budget"].items() if k != "seeds"}
+        if budget != {k: v for k, v in first["budget"].items() if k != "seeds"}:
+            fail(f"--merge: {file} has another budget ({payload['budget']}) than {args.merge[0]} ({first['budget']})")
+    runs = [run for payload in payloads for run in payload["runs"]]
+    labels = list(dict.fromkeys(run["label"] for run in runs))
+    seeds = sorted({run["seed"] for run in runs})
+    elapsed = sum(payload["wall_s"] for payload in payloads)
+    write_outputs(Path(args.out), f"{name}{args.tag}", setup, runs, labels, first["bar"],
+                  {**first["budget"], "seeds": seeds}, elapsed, args)  # fmt: skip
     return 0
 
 

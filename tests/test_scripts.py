@@ -274,6 +274,27 @@ def test_bench_learning_runs_only_the_variants_when_no_estimator_is_named(tmp_pa
     assert run_["label"] == "gagpo coef1" and run_["config"]["episode_coef"] == 1.0
     saved = GAGPOAgent.load(tmp_path / "agents" / "gagpo_coef1-seed0")  # the trained agent, as it ended
     assert saved.config.episode_coef == 1.0 and saved.num_timesteps >= 20
+    # A baseline run made apart, then one report of both with the ratios between them.
+    budget = ("--seeds", "0", "--total-steps", "20", "--eval-every", "20", "--eval-tasks", "2")
+    base = tmp_path / "baseline"
+    result = run(
+        "bench_learning.py", "--envs", "maze", "--env-kwargs", TINY_MAZE, "--estimators", "grpo", *budget,
+        "--out", str(base), *TINY_AGENT,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    files = [str(tmp_path / "learning_maze.json"), str(base / "learning_maze.json")]
+    code, _, stderr = call("bench_learning", "--envs", "maze", "--env-kwargs", TINY_MAZE, "--merge", *files,
+                           "--out", str(tmp_path / "merged"))  # fmt: skip
+    assert code == 0, stderr
+    merged = json.loads((tmp_path / "merged" / "learning_maze.json").read_text())
+    assert [r["label"] for r in merged["runs"]] == ["gagpo coef1", "grpo"]
+    (ratio,) = merged["ratios"]
+    assert ratio["ratio"] == "gagpo coef1 / grpo" and "x [" in ratio["panel: final success"]
+    other = json.loads(Path(files[1]).read_text())
+    other["budget"]["total_steps"] = 40
+    Path(files[1]).write_text(json.dumps(other))
+    code, _, stderr = call("bench_learning", "--envs", "maze", "--env-kwargs", TINY_MAZE, "--merge", *files)
+    assert code == 2 and "another budget" in stderr
 
 
 def test_bench_learning_paper_preset_needs_a_setup_with_a_prior():
