@@ -549,3 +549,42 @@ def test_bench_learning_paper_preset_fine_tunes_the_committed_full_house_prior(t
     )
     assert "train_success" not in run_["curve"][0]  # fresh tasks: no training-task panel to tell apart
     assert "a fresh task for every rollout group" in (tmp_path / "learning_minihouse-full.md").read_text()
+
+
+def test_credit_check_finds_the_zero_credit_of_a_failing_tail_no_winner_shared():
+    import numpy as np
+
+    from agents.buffer import Row
+
+    credit = script("credit_check")
+
+    def episode(episode: int, states: list[str], won: bool) -> list[Row]:
+        rows = []
+        for t, (s, s_next) in enumerate(zip(states, states[1:])):
+            last = t == len(states) - 2
+            rows.append(Row(
+                group=0, episode=episode, prompt_ids=[], rollout_logp=np.zeros(1), reward=float(won and last),
+                state_key=s, next_state_key=s_next, terminated=won and last, done=last, won=won and last,
+            ))  # fmt: skip
+        return rows
+
+    # A winner s0 -> s1 -> goal; a loser leaves s0 for s2 and loops s2 <-> s3 until the time limit.
+    rows = episode(0, ["s0", "s1", "goal"], True) + episode(1, ["s0", "s2", "s3", "s2", "s3", "s2"], False)
+    table = {row["rows"]: row for row in credit.credit_table(rows, [0.0, 1.0])}
+    assert table["failing-episode rows"]["n"] == 5 and table["failing revisit rows"]["n"] == 2
+    assert table["failing revisit rows"]["raw A = 0"] == "1.00"  # the loop: no TD residual at all
+    assert table["failing-episode rows"]["raw A = 0"] == "0.80"  # only the step that left s0 is blamed
+    plain, with_episode = (float(table["failing revisit rows"][f"mean A, episode_coef {c}"]) for c in ("0", "1"))
+    assert with_episode < plain - 0.5  # the episode term pushes the loop down
+    assert float(table["winning-episode rows"]["mean A, episode_coef 0"]) > 0
+
+
+def test_credit_check_reports_one_rollout_of_a_prior(tmp_path):
+    result = run(
+        "credit_check.py", "--model", str(ROOT / "results" / "priors" / "minihouse-full-search"), "--env-kwargs",
+        '{"size": "small"}', "--groups", "1", "--group-size", "2", "--seeds", "0", "--state-keys", "state",
+        "--out", str(tmp_path / "credit.md"), timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    report = (tmp_path / "credit.md").read_text()
+    assert "seed 0, state_key 'state': 2 episodes" in report and "| winning-episode rows |" in report
