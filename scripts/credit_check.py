@@ -91,6 +91,17 @@ def credit_table(rows: list, coefs: list[float]) -> list[dict[str, Any]]:
     return table
 
 
+def legend(args: argparse.Namespace) -> str:
+    """What the report's tables hold."""
+    return (
+        f"One rollout of the policy per seed and key, no update: {args.groups} tasks x {args.group_size} episodes. "
+        "Rows: the actions of winning and of failing episodes; a revisit is an action taken from a state its own "
+        "episode had been in before (a loop); a mixed group has winners and losers. raw A = 0: the share whose GAGPO "
+        "advantage (gamma 0.95, lambda 0.8) is exactly 0 before normalisation; mean A: the mean group-normalised "
+        "advantage, with the GRPO episode term times episode_coef added.\n"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", required=True, help="a warm-start prior or saved agent's folder, or 'tiny'")
@@ -106,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.groups < 1 or args.group_size < 2:
         fail("--groups must be >= 1 and --group-size >= 2")
     env_kwargs = parse_json_kwargs(args.env_kwargs)
-    parts = [f"# Where GAGPO's credit goes: {args.env} {env_kwargs}, policy `{args.model}`\n"]
+    parts = [f"# Where GAGPO's credit goes: {args.env} {env_kwargs}, policy `{args.model}`\n", legend(args)]
     for seed in args.seeds:
         for key in args.state_keys:
             rows = rollout_rows(args.model, args.env, env_kwargs, args.groups, args.group_size, seed, key)

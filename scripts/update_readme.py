@@ -1,8 +1,9 @@
 """Regenerate the README's results section from the scripts' outputs in results/ (no hand-typed numbers).
 
 Reads results/demo/summary.md (scripts/demo.py --out results/demo), the .md files of results/sim2real/
-(scripts/sim2real.py, scripts/minihouse_fidelity.py, the door_weight ablation) and every results/learning_*.md
-(scripts/bench_learning.py), and replaces the text between the README's results markers.
+(scripts/sim2real.py, scripts/minihouse_fidelity.py, the door_weight ablation), every results/learning_*.md
+(scripts/bench_learning.py) and results/credit_*.md (scripts/credit_check.py), and replaces the text between the
+README's results markers.
 """
 
 from __future__ import annotations
@@ -57,6 +58,9 @@ def main() -> None:
             parts += [f"### {title} (`sim2real/{name}.md`)", "", (sim2real / f"{name}.md").read_text().strip(), ""]
     for md in sorted(results.glob("learning_*.md")):
         parts.append(learning_section(md))
+    for md in sorted(results.glob("credit_*.md")):  # headings two levels down, under the Results heading
+        text = re.sub(r"^(#+) ", lambda m: "#" * (len(m.group(1)) + 2) + " ", md.read_text().strip(), flags=re.M)
+        parts += [text.replace("\n", f" (`{md.name}`)\n", 1), ""]
     readme = ROOT / "README.md"
     text = readme.read_text()
     if START not in text or END not in text:
