@@ -87,10 +87,14 @@ def test_an_agent_on_the_prior_takes_its_fine_tuning_and_prompt_settings(prior):
     assert c.history_length == 1  # from prior.json, not the config default
     told = GAGPOAgent(MAZE, str(out), env_kwargs=TINY_MAZE, verbose=0, history_length=0, choose_score="mean").config
     assert (told.history_length, told.choose_score) == (0, "mean")
-    before = [p.detach().clone() for p in agent.policy.core.parameters()]
     agent.learn(40)
     assert agent.num_timesteps >= 40
-    assert any(not np.allclose(a.numpy(), p.detach().numpy()) for a, p in zip(before, agent.policy.core.parameters()))
+    # The prior's own weights are what the optimiser steps, at the prior's learning rate. (Whether they move depends
+    # on the rollouts: a prior this good often plays both episodes of a group alike, and all-zero advantages give
+    # no gradient, so "the weights changed" held on one CPU and not on another.)
+    assert all(group["lr"] == FINE_TUNE["learning_rate"] for group in agent.optimizer.param_groups)
+    stepped = [agent.optimizer.state[p].get("step") for p in agent.policy.core.parameters()]
+    assert all(step is not None and int(step) == agent.iteration * FINE_TUNE["n_epochs"] for step in stepped)
 
 
 def test_transcripts_of_the_searching_expert():
