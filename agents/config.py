@@ -14,6 +14,7 @@ from wrappers.text_wrappers import parse_backoff_spec, parse_key_spec
 ESTIMATORS = ("gagpo", "gigpo", "grpo", "rloo", "ppo")
 DTYPES = ("auto", "float32", "bfloat16")
 BACKENDS = ("hf", "vllm")
+LR_SCHEDULES = ("constant", "linear", "cosine")
 # Clip ranges of the length-normalised action ratio. A choice among a few candidates moves its probability a lot
 # per update, so PPO's 0.2 binds there. A generated action's ratio is a geometric mean over its tokens and barely
 # moves: on SmolLM2-135M in generate mode (scripts/bench_clip.py, results/clip_range.json) 0.2 clipped 0% of the
@@ -112,6 +113,13 @@ class GAGPOConfig:
     # --- optimisation
     learning_rate: float | None = field(
         default=None, metadata={"help": "AdamW learning rate; none: 1e-3 for the tiny model, 1e-6 otherwise"}
+    )
+    lr_schedule: str = field(
+        default="constant",
+        metadata={
+            "help": "constant | linear | cosine: the learning rate over each learn() call, from learning_rate to 0 "
+            "at its total_timesteps (SB3's progress)"
+        },
     )
     # 0: 4 for the tiny model (a sweep on Sokoban and Maze: 4 epochs reached the bar in 0.5-0.7x the env steps of 2),
     # 2 otherwise (PPO practice for LLMs, where rollouts are dear and ratios drift with every epoch)
@@ -275,6 +283,7 @@ class GAGPOConfig:
         check(self.invalid_action_penalty >= 0, "invalid_action_penalty must be >= 0")
         check(self.temperature > 0, "temperature must be > 0")
         check(self.learning_rate is None or self.learning_rate > 0, "learning_rate must be > 0")
+        check(self.lr_schedule in LR_SCHEDULES, f"lr_schedule must be one of {LR_SCHEDULES}, got {self.lr_schedule!r}")
         check(self.n_epochs >= 0, f"n_epochs must be >= 0 (0: auto), got {self.n_epochs}")
         check(self.minibatch_size >= 1, f"minibatch_size must be >= 1, got {self.minibatch_size}")
         for name in ("clip_range_low", "clip_range_high"):

@@ -311,7 +311,7 @@ class GAGPOAgent:
         callback = init_callback(self, callback, progress_bar)
         callback.on_training_start(locals(), globals())
         while self.num_timesteps < total_timesteps and (last_iteration is None or self.iteration < last_iteration):
-            t0 = time.perf_counter()
+            t0, start_timesteps = time.perf_counter(), self.num_timesteps
             if not self.collect_rollouts(callback):
                 break
             self.logger.record("time/weight_sync_s", self.policy.release_engine())
@@ -320,6 +320,8 @@ class GAGPOAgent:
             plan = self.update_plan()
             self.recompute_log_probs(plan)
             self.logger.record("time/recompute_s", time.perf_counter() - t1)
+            # The schedule's progress where the iteration began: the first update steps at the full rate.
+            self.logger.record("train/learning_rate", self.update.set_progress(start_timesteps / total_timesteps))
             self.train(plan)
             self.iteration += 1
             self.mark_boundary()

@@ -813,6 +813,7 @@ def test_seeded_runs_are_reproducible() -> None:
         ({"learning_rate": -1.0}, "learning_rate must be > 0"),
         ({"num_groups": 0}, "num_groups and group_size"),
         ({"task_pool": -1}, "task_pool must be >= 0"),
+        ({"lr_schedule": "step"}, "lr_schedule must be one of"),
     ],
 )
 def test_bad_hyperparameter_gives_one_readable_error(kwargs: dict, match: str) -> None:
@@ -1021,6 +1022,28 @@ def test_learn_stops_after_max_iterations_whatever_the_step_budget():
     assert agent.iteration == 3 and agent.num_timesteps > steps
     with pytest.raises(ValueError, match="max_iterations"):
         agent.learn(100, max_iterations=0)
+
+
+@pytest.mark.parametrize("schedule", ["linear", "cosine"])
+def test_lr_schedule_decays_from_the_learning_rate_to_zero_over_each_learn_call(schedule: str) -> None:
+    agent = make_agent(lr_schedule=schedule, learning_rate=1e-3)
+    logs = capture_logs(agent)
+    agent.learn(150)
+    lrs = [d["train/learning_rate"] for d in logs.dumps]
+    # Each update steps at the rate of the progress where its iteration began: the first at the full rate.
+    starts = np.array([0] + [d["time/total_timesteps"] for d in logs.dumps[:-1]]) / 150
+    factor = 1 - starts if schedule == "linear" else 0.5 * (1 + np.cos(np.pi * starts))
+    assert len(lrs) >= 3 and lrs[0] == 1e-3 and np.allclose(lrs, 1e-3 * factor)
+    assert all(a > b > 0 for a, b in zip(lrs, lrs[1:])) and agent.optimizer.param_groups[0]["lr"] == lrs[-1]
+    # Past the budget the rate is 0 (clamped, not negative): an update there leaves the weights alone.
+    before = [p.detach().clone() for p in agent.policy.model.parameters()]
+    agent.update.set_progress(1.5)
+    agent.train()
+    assert all(torch.equal(p, b) for p, b in zip(agent.policy.model.parameters(), before))
+    constant = make_agent(learning_rate=1e-3)
+    constant_logs = capture_logs(constant)
+    constant.learn(60)
+    assert {d["train/learning_rate"] for d in constant_logs.dumps} == {1e-3}
 
 
 def test_panel_evaluation_counts_iterations_and_samples_at_its_temperature():
