@@ -23,6 +23,8 @@ SMALL: dict[str, Any] = {
     "history_length": 0, "max_new_tokens": 10, "max_prompt_tokens": 400, "env_kwargs": {"max_episode_steps": 1},
 }  # fmt: skip
 
+BF16 = {**SMALL, "group_size": 2, "minibatch_size": 2, "n_epochs": 1, "max_prompt_tokens": 96}
+
 
 @pytest.fixture(scope="module")
 def smollm2() -> Path:
@@ -37,10 +39,10 @@ def first_observations(agent: GAGPOAgent) -> tuple[list[str], list[dict]]:
 @pytest.mark.parametrize("mode", ["choose", "generate"])
 def test_lora_gradient_checkpointing_bf16(smollm2: Path, tmp_path: Path, mode: str) -> None:
     # The entropy bonus guarantees a gradient in one short episode; the KL term uses the adapter-disabled base. One
-    # group of two and one epoch: bf16 matmuls are emulated on CPUs without native bf16 (minutes per epoch).
+    # group of two, one epoch and prompts cut to their last 96 tokens (the lake and the answer's start): bf16 matmuls
+    # are emulated on CPUs without native bf16 (minutes per epoch at the full 166-token prompt).
     agent = GAGPOAgent(ENV, model=str(smollm2), action_mode=mode, lora_r=8, gradient_checkpointing=True,
-                       dtype="bfloat16", kl_coef=0.01, ent_coef=0.01, token_budget=400,
-                       **{**SMALL, "group_size": 2, "minibatch_size": 2, "n_epochs": 1})  # fmt: skip
+                       dtype="bfloat16", kl_coef=0.01, ent_coef=0.01, token_budget=400, **BF16)  # fmt: skip
     model = agent.policy.model
     assert model.is_gradient_checkpointing and agent.config.learning_rate == 1e-6
     named = dict(model.named_parameters())
