@@ -39,8 +39,9 @@ def first_observations(agent: GAGPOAgent) -> tuple[list[str], list[dict]]:
 @pytest.mark.parametrize("mode", ["choose", "generate"])
 def test_lora_gradient_checkpointing_bf16(smollm2: Path, tmp_path: Path, mode: str) -> None:
     # The entropy bonus guarantees a gradient in one short episode; the KL term uses the adapter-disabled base. One
-    # group of two, one epoch and prompts cut to their last 96 tokens (the lake and the answer's start): bf16 matmuls
-    # are emulated on CPUs without native bf16 (minutes per epoch at the full 166-token prompt).
+    # group of two, one epoch and 96-token prompts (the 166-token prompt overflows: the lake is cut and the prompt
+    # keeps its end, the task, the admissible actions and the answer's start): bf16 matmuls are emulated on CPUs
+    # without native bf16 (minutes per epoch at the full prompt). The test checks the mechanics, not the play.
     agent = GAGPOAgent(ENV, model=str(smollm2), action_mode=mode, lora_r=8, gradient_checkpointing=True,
                        dtype="bfloat16", kl_coef=0.01, ent_coef=0.01, token_budget=400, **BF16)  # fmt: skip
     model = agent.policy.model
