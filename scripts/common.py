@@ -19,12 +19,9 @@ if str(ROOT) not in sys.path:  # `python scripts/x.py` from a checkout that is n
 import gagpo_gym  # noqa: E402, F401  (registers the built-in envs)
 from gagpo_gym.envs.alfworld import TASK_TYPES as ALFWORLD_TASK_TYPES  # noqa: E402
 
-try:  # the scripts print their own progress; Hugging Face's per-save shard bars are noise here
-    from transformers.utils import logging as _hf_logging
-
-    _hf_logging.disable_progress_bar()
-except ImportError:
-    pass
+# The scripts print their own progress; Hugging Face's per-save shard bars are noise here. The variable is read when
+# huggingface_hub is first imported (by transformers), so it costs no model import in a script that needs none.
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 #: The paper's ALFWorld columns (Pick, Look, Clean, Heat, Cool, Pick2), in its order: the envs' short task-type
 #: names capitalised, from gagpo_gym.envs.alfworld.TASK_TYPES (ALFWorld's long name -> short name).

@@ -1,5 +1,9 @@
 """Every distinct ALFWorld recipe trains one iteration on CPU, scaled down by flags only: SmolLM2-135M-Instruct,
-1 task x 2 episodes of 2 steps on the real games in ../shared/alfworld (the settings: tests/test_recipes.py)."""
+1 task x 2 episodes of 2 steps on the real games in ../shared/alfworld (the settings: tests/test_recipes.py).
+
+Distinct: the GiGPO, GRPO and RLOO recipes are GAGPO's with another estimator and nothing else (asserted below), so
+GAGPO's run stands for their pipeline, and the estimators themselves are checked against references
+(tests/test_advantages.py); PPO (a critic) and LoRA (peft) take their own code paths and run."""
 
 from __future__ import annotations
 
@@ -8,7 +12,9 @@ from pathlib import Path
 
 import pytest
 from agent_helpers import fetch_smollm2
-from test_recipes import ALFWORLD, CPU, DATA, GAMES, train
+from test_recipes import ALFWORLD, CPU, DATA, GAMES, common, train
+
+RUNS = ["alfworld-gagpo-qwen2.5-1.5b", "alfworld-ppo-qwen2.5-1.5b", "alfworld-gagpo-qwen2.5-7b-lora"]
 
 
 @pytest.fixture(scope="module")
@@ -16,9 +22,16 @@ def smollm2() -> Path:
     return fetch_smollm2()
 
 
+def test_the_estimator_recipes_differ_from_gagpos_in_the_estimator_alone():
+    gagpo, _ = common.load_recipe("alfworld-gagpo-qwen2.5-1.5b")
+    for name in set(ALFWORLD) - set(RUNS):
+        values, _ = common.load_recipe(name)
+        assert values["estimator"] != "gagpo" and {**values, "estimator": "gagpo"} == gagpo, name
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not (DATA / "json_2.1.1" / "valid_unseen").is_dir(), reason="../shared/alfworld is absent")
-@pytest.mark.parametrize("name", ALFWORLD)
+@pytest.mark.parametrize("name", RUNS)
 def test_every_alfworld_recipe_trains_one_iteration_on_cpu(name: str, smollm2: Path, tmp_path: Path):
     pytest.importorskip("alfworld")
     if "lora" in name:
