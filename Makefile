@@ -25,11 +25,12 @@ $(VENV)/.installed: pyproject.toml
 demo: venv
 	$(PY) scripts/demo.py
 
-# Two worker processes (pytest-xdist), each test file on one of them: module fixtures are built once.
+# Two worker processes (pytest-xdist), each test file on one of them: module fixtures are built once; the long files
+# first (tests/conftest.py), in that order, so that the workers end together.
 TEST_WORKERS ?= 2
 
 test: venv
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=10
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=10
 
 # A venv of its own: vLLM pins torch, transformers, numpy (through numba) and setuptools. One pip resolve for vLLM
 # and the project's extras, so that ALFWorld's dependencies (textworld, spacy, jericho...) must fit vLLM's pins

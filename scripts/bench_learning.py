@@ -129,6 +129,13 @@ ENVS["minihouse-full-memory"] = dataclasses.replace(
     note="full-size houses, a fresh house and task per group, the prompt with the episode's memory of places seen",
     prior_path="results/priors/minihouse-full-search-memory",
 )
+# The same recipe and prompt as minihouse-full, the tiny model twice as wide (128): is capacity what holds the prior
+# and RL's plateau (results/priors/README.md)?
+ENVS["minihouse-full-w128"] = dataclasses.replace(
+    ENVS["minihouse-full"],
+    note="full-size houses, a fresh house and task per group, the prior 128 wide instead of 64",
+    prior_path="results/priors/minihouse-full-search-w128",
+)
 
 #: Budgets (an env setup may scale them). ``quick`` is sized for about 15 minutes per env (5 estimators x 3 seeds)
 #: on a shared 2-core CPU.

@@ -103,14 +103,14 @@ def play_planner_expert(seeds: list[int]) -> list[str]:
 
 @needs_data
 def test_planner_expert_wins_a_fixed_sample_of_valid_unseen_games_within_50_steps():
-    """Seeds 0..11 (task types take turns: two games of each of the six), split over two worker processes (about 3 s
+    """Seeds 0..5 (task types take turns: a game of each of the six), split over two worker processes (about 3 s
     of CPU per game). The whole split is scripts/alfworld_table.py's job (the expert wins all 134 there)."""
-    halves = [list(range(0, 12, 2)), list(range(1, 12, 2))]
+    halves = [list(range(0, 6, 2)), list(range(1, 6, 2))]
     with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn")) as pool:
         task_ids = [t for ids in pool.map(play_planner_expert, halves) for t in ids]
-    assert len(set(task_ids)) == 12
+    assert len(set(task_ids)) == 6
     types = Counter(TASK_TYPES[t.split("/")[2].split("-", 1)[0]] for t in task_ids)
-    assert types == {t: 2 for t in VALID_UNSEEN_COUNTS}
+    assert types == {t: 1 for t in VALID_UNSEEN_COUNTS}
 
 
 @needs_data

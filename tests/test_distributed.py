@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -32,16 +33,34 @@ def rows_of(folder: Path) -> dict[str, float]:
     return rows
 
 
+WORKER = str(ROOT / "tests" / "distributed_worker.py")
+
+
+@pytest.fixture(scope="module")
+def one_process(tmp_path_factory: pytest.TempPathFactory) -> Callable[[tuple[str, ...]], Path]:
+    """The one-process run of each mode, made once: the DDP and FSDP launches of a mode compare with the same run."""
+    runs: dict[tuple[str, ...], Path] = {}
+
+    def of(mode: tuple[str, ...]) -> Path:
+        if mode not in runs:
+            runs[mode] = tmp_path_factory.mktemp("one")
+            run([sys.executable, WORKER, str(runs[mode]), *mode], runs[mode])
+        return runs[mode]
+
+    return of
+
+
 @pytest.mark.parametrize("engine", ["ddp", "fsdp", "fsdp-generate"])
-def test_two_processes_equal_one_process(tmp_path: Path, engine: str) -> None:
-    one, two = tmp_path / "one", tmp_path / "two"
-    one.mkdir(), two.mkdir()
-    worker = str(ROOT / "tests" / "distributed_worker.py")
+def test_two_processes_equal_one_process(
+    tmp_path: Path, engine: str, one_process: Callable[[tuple[str, ...]], Path]
+) -> None:
+    two = tmp_path / "two"
+    two.mkdir()
     # generate mode: the run's first forward is the sampler's, through the inner model, not the FSDP root
-    mode = ["--generate"] if engine.endswith("generate") else []
-    run([sys.executable, worker, str(one), *mode], one)
+    mode = ("--generate",) if engine.endswith("generate") else ()
+    one = one_process(mode)
     resume = ["--resume"] if engine == "fsdp" else []  # and the FSDP checkpoint of the first iteration resumed
-    run([*TORCHRUN, worker, str(two), *(["--fsdp"] if engine.startswith("fsdp") else []), *mode, *resume], two)
+    run([*TORCHRUN, WORKER, str(two), *(["--fsdp"] if engine.startswith("fsdp") else []), *mode, *resume], two)
     single, split = rows_of(one), rows_of(two)
     assert len(list(two.glob("rows_*.json"))) == 2 and all(
         json.loads(f.read_text())["rows"] for f in two.glob("rows_*")
