@@ -11,6 +11,7 @@ the agent: point ``GAGPOAgent(env, model=FOLDER)`` at the result. A complete fol
 from __future__ import annotations
 
 import argparse
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -51,10 +52,18 @@ def fetch_smollm2(cache: Path = DEFAULT_CACHE) -> Path:
         if hasattr(model.config, "quantization_config"):
             del model.config.quantization_config
         model.hf_quantizer = None
-        partial = cache.with_name(cache.name + ".partial")
+        # A folder of this process's own, renamed into place once whole: two processes converting at once (two test
+        # workers) each write their own, and the one that finds the cache already there drops its copy.
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        partial = Path(tempfile.mkdtemp(prefix=cache.name + ".partial-", dir=cache.parent))
         model.save_pretrained(partial)
         tokenizer.save_pretrained(partial)
-        partial.rename(cache)
+        try:
+            partial.rename(cache)
+        except OSError:
+            if not is_complete(cache):
+                raise
+            shutil.rmtree(partial)
     return cache
 
 
