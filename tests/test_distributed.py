@@ -15,6 +15,7 @@ from safetensors.torch import load_file
 
 ROOT = Path(__file__).resolve().parents[1]
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+WORKER = str(ROOT / "tests" / "distributed_worker.py")
 
 
 def run(command: list[str], out: Path) -> None:
@@ -31,9 +32,6 @@ def rows_of(folder: Path) -> dict[str, float]:
         assert not set(part) & set(rows)  # a group never spans ranks
         rows.update(part)
     return rows
-
-
-WORKER = str(ROOT / "tests" / "distributed_worker.py")
 
 
 @pytest.fixture(scope="module")
