@@ -588,3 +588,33 @@ def test_credit_check_reports_one_rollout_of_a_prior(tmp_path):
     assert result.returncode == 0, result.stderr
     report = (tmp_path / "credit.md").read_text()
     assert "seed 0, state_key 'state': 2 episodes" in report and "| winning-episode rows |" in report
+
+
+def test_final_cycle_is_the_loop_an_episode_ends_in():
+    cycles = script("greedy_cycles")
+    assert cycles.final_cycle(list("abcbcbc")) == (3, 2)  # "b c" from step 1 to the end: repeats from step 3
+    assert cycles.final_cycle(list("abcabcab")) == (3, 3)
+    assert cycles.final_cycle(list("xaaaa")) == (2, 1)
+    assert cycles.final_cycle(list("abcbcbd")) is None  # it left the loop
+    assert cycles.final_cycle(list("abcb")) is None  # one repeated prompt, not a whole period
+
+
+def test_greedy_cycles_reports_a_prior_and_its_saved_agent_alike(tmp_path):
+    prior = str(ROOT / "results" / "priors" / "minihouse-full-search")
+    GAGPOAgent("gagpo_gym/MiniHouse-v0", prior, env_kwargs={"size": "small"}, verbose=0).save(tmp_path / "agent")
+    out = tmp_path / "cycles.md"
+    code, stdout, stderr = call(
+        "greedy_cycles", "--model", prior, str(tmp_path / "agent"), "--env-kwargs", '{"size": "small"}',
+        "--tasks", "6", "--batch", "3", "--out", str(out),
+    )  # fmt: skip
+    assert code == 0, stderr
+    played = json.loads(out.with_suffix(".json").read_text())
+    prior_episodes, agent_episodes = played[prior], played[str(tmp_path / "agent")]
+    assert [e["task"] for e in prior_episodes] == list(range(100_000, 100_006))
+    assert prior_episodes == agent_episodes  # greedy: the saved agent plays its prior's commands
+    for e in prior_episodes:
+        assert len(e["commands"]) == e["length"] >= 1
+        if e["period"]:  # the commands repeat from the cycle on, as the prompts do
+            tail = e["commands"][e["cycle_start"] - e["period"] :]
+            assert tail[e["period"] :] == tail[: len(tail) - e["period"]] and not e["won"]
+    assert "| model | tasks | greedy success |" in out.read_text() and stdout.startswith("# Greedy failures")

@@ -1,0 +1,150 @@
+"""How an agent's greedy episodes fail: how many end in a prompt cycle, and whether its history could show the cycle.
+
+    python scripts/greedy_cycles.py --model results/priors/minihouse-full-search --env-kwargs '{"size": "full"}'
+
+Each model (a warm-start prior or a saved agent's folder) plays held-out tasks (seeds from ``--offset``) once each
+with greedy actions, through ``predict`` in a plain Gymnasium loop. A greedy policy that meets a prompt it has seen
+before in the same episode (the same observation, history window and memory line, and the same admissible commands to
+choose from) makes the same choice again; where the house is back in the same state too, it goes round the same cycle
+to the time limit. The report counts the failures that end so (every prompt from some step on equal to the one a
+period before, for at least a whole period), by the cycle's period. A period up to ``history_length`` leaves the
+looping command in the prompt's own history (a policy could learn not to repeat it); a longer one is invisible to the
+prompt (its steps look alike: aliasing, which only memory removes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import sys
+from collections.abc import Hashable, Sequence
+from pathlib import Path
+from typing import Any
+
+from common import atomic_write_text, fail, markdown_table, parse_json_kwargs
+
+from agents.prior import HELDOUT_OFFSET
+
+
+def final_cycle(keys: Sequence[Hashable]) -> tuple[int, int] | None:
+    """``(start, period)`` of the cycle an episode ends in: from ``start`` to its last step every prompt key equals
+    the one ``period`` steps before, for at least one whole period; the earliest such start (then the shortest
+    period). None if the episode does not end repeating itself."""
+    n, best = len(keys), None
+    for period in range(1, n // 2 + 1):
+        start = n
+        while start - 1 >= period and keys[start - 1] == keys[start - 1 - period]:
+            start -= 1
+        if n - start >= period and (best is None or start < best[0]):
+            best = (start, period)
+    return best
+
+
+def load_agent(model: str, env_id: str, env_kwargs: dict[str, Any]) -> Any:
+    """A saved agent (folder or archive) loads as it was saved; anything else (a prior, ``tiny``) builds a fresh one."""
+    from agents.checkpoint import AGENT_FILE
+    from agents.gagpo import GAGPOAgent
+
+    if (Path(model) / AGENT_FILE).is_file() or Path(model).is_file():
+        return GAGPOAgent.load(model, verbose=0)
+    return GAGPOAgent(env_id, model, env_kwargs=env_kwargs, verbose=0)
+
+
+def play_greedy(agent: Any, env_id: str, env_kwargs: dict[str, Any], seeds: list[int], batch: int) -> list[dict]:
+    """One greedy episode per task seed, ``batch`` envs at a time: success, length, commands and prompt cycle."""
+    import gymnasium as gym
+
+    from wrappers import PlaceMemory
+
+    config = agent.config
+    episodes = []
+    for start in range(0, len(seeds), batch):
+        chunk = seeds[start : start + batch]
+        envs = [gym.make(env_id, **env_kwargs) for _ in chunk]
+        obs, infos = (list(x) for x in zip(*(env.reset(seed=s) for env, s in zip(envs, chunk))))
+        states: list[list] = [[] for _ in chunk]
+        keys: list[list] = [[] for _ in chunk]
+        commands: list[list[str]] = [[] for _ in chunk]
+        won, done = [False] * len(chunk), [False] * len(chunk)
+        while not all(done):
+            live = [j for j in range(len(chunk)) if not done[j]]
+            for j in live:  # what the choice depends on: observation, history window, memory line, candidates
+                window = json.dumps(states[j][-config.history_length :] if config.history_length else [])
+                memory = PlaceMemory.of([o for o, _ in states[j]] + [obs[j]]).render() if config.memory else ""
+                keys[j].append((obs[j], window, memory, tuple(infos[j].get("admissible_actions", ()))))
+            actions, new_states = agent.predict(
+                [obs[j] for j in live], [infos[j] for j in live], state=[states[j] for j in live], deterministic=True
+            )
+            for j, action, state in zip(live, actions, new_states):
+                states[j] = state
+                commands[j].append(action)
+                obs[j], _, terminated, truncated, infos[j] = envs[j].step(action)
+                if terminated or truncated:
+                    done[j], won[j] = True, bool(infos[j].get("won", False))
+        for env in envs:
+            env.close()
+        for j, seed in enumerate(chunk):
+            cycle = final_cycle(keys[j])
+            episodes.append({
+                "task": seed, "won": won[j], "length": len(keys[j]), "task_type": infos[j].get("task_type"),
+                "cycle_start": cycle and cycle[0], "period": cycle and cycle[1],
+                "commands": commands[j],
+            })  # fmt: skip
+    return episodes
+
+
+def summary(name: str, episodes: list[dict], history_length: int) -> dict[str, Any]:
+    """One report row: greedy success and how the failures end."""
+    failures = [e for e in episodes if not e["won"]]
+    cycles = [e for e in failures if e["period"]]
+    visible = sum(e["period"] <= history_length for e in cycles)
+    return {
+        "model": name, "tasks": len(episodes), "greedy success": f"{1 - len(failures) / len(episodes):.2f}",
+        "failures": len(failures), "ending in a prompt cycle": len(cycles),
+        f"period <= {history_length} (in the history)": visible, "longer (aliased)": len(cycles) - visible,
+        "period 2": sum(e["period"] == 2 for e in cycles),
+        "cycle from step (mean)": f"{sum(e['cycle_start'] for e in cycles) / len(cycles):.1f}" if cycles else "-",
+    }  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", nargs="+", required=True, help="warm-start priors or saved agents' folders")
+    parser.add_argument("--env", default="gagpo_gym/MiniHouse-v0")
+    parser.add_argument("--env-kwargs", default=None, help="JSON of the env's constructor arguments")
+    parser.add_argument("--tasks", type=int, default=100, help="held-out tasks to play")
+    parser.add_argument("--offset", type=int, default=HELDOUT_OFFSET, help="the first task seed")
+    parser.add_argument("--batch", type=int, default=20, help="envs played together")
+    parser.add_argument("--out", default=None, help="also write the report (markdown) and episodes (.json) here")
+    args = parser.parse_args(argv)
+    if args.tasks < 1 or args.batch < 1:
+        fail("--tasks and --batch must be >= 1")
+    import torch
+
+    torch.set_num_threads(1)
+    env_kwargs = parse_json_kwargs(args.env_kwargs)
+    seeds = list(range(args.offset, args.offset + args.tasks))
+    rows, played = [], {}
+    for model in args.model:
+        agent = load_agent(model, args.env, env_kwargs)
+        episodes = play_greedy(agent, args.env, env_kwargs, seeds, args.batch)
+        rows.append(summary(model, episodes, agent.config.history_length))
+        periods = collections.Counter(e["period"] for e in episodes if not e["won"] and e["period"])
+        rows[-1]["periods (count)"] = ", ".join(f"{p} ({n})" for p, n in sorted(periods.items()))
+        played[model] = episodes
+    text = (
+        f"# Greedy failures: {args.env} {env_kwargs}, tasks {seeds[0]}..{seeds[-1]}\n\n{markdown_table(rows)}\n\n"
+        "Ending in a prompt cycle: from some step to the time limit, every prompt (observation, history window, "
+        "memory line, admissible commands) is the one its period of steps before, for at least one whole period; "
+        "a period up to the history length keeps the repeated command in the prompt's own history.\n"
+    )
+    print(text)
+    if args.out:
+        atomic_write_text(Path(args.out), text)
+        atomic_write_text(Path(args.out).with_suffix(".json"), json.dumps(played, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
