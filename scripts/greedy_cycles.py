@@ -22,6 +22,7 @@ from collections.abc import Hashable, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from common import atomic_write_text, fail, markdown_table, parse_json_kwargs
 
 from agents.prior import HELDOUT_OFFSET
@@ -66,16 +67,27 @@ def play_greedy(agent: Any, env_id: str, env_kwargs: dict[str, Any], seeds: list
         states: list[list] = [[] for _ in chunk]
         keys: list[list] = [[] for _ in chunk]
         commands: list[list[str]] = [[] for _ in chunk]
+        confidence: list[list[float]] = [[] for _ in chunk]  # the greedy choice's probability at each step
         won, done = [False] * len(chunk), [False] * len(chunk)
         while not all(done):
             live = [j for j in range(len(chunk)) if not done[j]]
+            prompts = []
             for j in live:  # what the choice depends on: observation, history window, memory line, candidates
-                window = json.dumps(states[j][-config.history_length :] if config.history_length else [])
+                window = states[j][-config.history_length :] if config.history_length else []
                 memory = PlaceMemory.of([o for o, _ in states[j]] + [obs[j]]).render() if config.memory else ""
-                keys[j].append((obs[j], window, memory, tuple(infos[j].get("admissible_actions", ()))))
+                keys[j].append((obs[j], json.dumps(window), memory, tuple(infos[j].get("admissible_actions", ()))))
+                prompts.append(agent.prompts.for_step(obs[j], infos[j], window, memory, len(states[j])))
             actions, new_states = agent.predict(
                 [obs[j] for j in live], [infos[j] for j in live], state=[states[j] for j in live], deterministic=True
             )
+            scored = agent.policy.act(
+                prompts, [list(infos[j].get("admissible_actions", [])) for j in live], seeds=[0] * len(live),
+                deterministic=True,
+            )  # fmt: skip
+            if config.action_mode == "choose" and scored.texts != actions:
+                raise RuntimeError("the prompts rebuilt here are not the ones predict() chose from")
+            for j, logp in zip(live, scored.logp):
+                confidence[j].append(float(np.exp(np.sum(logp))))
             for j, action, state in zip(live, actions, new_states):
                 states[j] = state
                 commands[j].append(action)
@@ -89,7 +101,7 @@ def play_greedy(agent: Any, env_id: str, env_kwargs: dict[str, Any], seeds: list
             episodes.append({
                 "task": seed, "won": won[j], "length": len(keys[j]), "task_type": infos[j].get("task_type"),
                 "cycle_start": cycle and cycle[0], "period": cycle and cycle[1],
-                "commands": commands[j],
+                "commands": commands[j], "confidence": [round(c, 4) for c in confidence[j]],
             })  # fmt: skip
     return episodes
 
@@ -99,12 +111,18 @@ def summary(name: str, episodes: list[dict], history_length: int) -> dict[str, A
     failures = [e for e in episodes if not e["won"]]
     cycles = [e for e in failures if e["period"]]
     visible = sum(e["period"] <= history_length for e in cycles)
+    # Where each failure's final cycle begins (its first pass round the loop); no cycle: the episode's end.
+    loop = [e["cycle_start"] - e["period"] if e in cycles else e["length"] for e in episodes]
+    in_cycle = [c for e, k in zip(episodes, loop) for c in e["confidence"][k:]]
+    elsewhere = [c for e, k in zip(episodes, loop) for c in e["confidence"][:k]]
     return {
         "model": name, "tasks": len(episodes), "greedy success": f"{1 - len(failures) / len(episodes):.2f}",
         "failures": len(failures), "ending in a prompt cycle": len(cycles),
         f"period <= {history_length} (in the history)": visible, "longer (aliased)": len(cycles) - visible,
         "period 2": sum(e["period"] == 2 for e in cycles),
         "cycle from step (mean)": f"{sum(e['cycle_start'] for e in cycles) / len(cycles):.1f}" if cycles else "-",
+        "p(greedy) in cycles (median)": f"{np.median(in_cycle):.2f}" if in_cycle else "-",
+        "p(greedy) elsewhere (median)": f"{np.median(elsewhere):.2f}" if elsewhere else "-",
     }  # fmt: skip
 
 

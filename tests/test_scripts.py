@@ -613,7 +613,8 @@ def test_greedy_cycles_reports_a_prior_and_its_saved_agent_alike(tmp_path):
     assert [e["task"] for e in prior_episodes] == list(range(100_000, 100_006))
     assert prior_episodes == agent_episodes  # greedy: the saved agent plays its prior's commands
     for e in prior_episodes:
-        assert len(e["commands"]) == e["length"] >= 1
+        assert len(e["commands"]) == len(e["confidence"]) == e["length"] >= 1
+        assert all(0 < c <= 1 for c in e["confidence"])  # the greedy choice's probability, step by step
         if e["period"]:  # the commands repeat from the cycle on, as the prompts do
             tail = e["commands"][e["cycle_start"] - e["period"] :]
             assert tail[e["period"] :] == tail[: len(tail) - e["period"]] and not e["won"]
