@@ -615,7 +615,7 @@ def test_greedy_cycles_reports_a_prior_and_its_saved_agent_alike(tmp_path):
     for e in prior_episodes:
         assert len(e["commands"]) == len(e["confidence"]) == e["length"] >= 1
         assert all(0 < c <= 1 for c in e["confidence"])  # the greedy choice's probability, step by step
-        if e["period"]:  # the commands repeat from the cycle on, as the prompts do
-            tail = e["commands"][e["cycle_start"] - e["period"] :]
+        if e["period"]:  # the commands repeat from the cycle on, as the prompts (which show all but the last) do
+            tail = e["commands"][e["cycle_start"] - e["period"] : -1]
             assert tail[e["period"] :] == tail[: len(tail) - e["period"]] and not e["won"]
     assert "| model | tasks | greedy success |" in out.read_text() and stdout.startswith("# Greedy failures")
