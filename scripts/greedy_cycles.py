@@ -111,8 +111,9 @@ def summary(name: str, episodes: list[dict], history_length: int) -> dict[str, A
     failures = [e for e in episodes if not e["won"]]
     cycles = [e for e in failures if e["period"]]
     visible = sum(e["period"] <= history_length for e in cycles)
+    periods = collections.Counter(e["period"] for e in cycles)
     # Where each failure's final cycle begins (its first pass round the loop); no cycle: the episode's end.
-    loop = [e["cycle_start"] - e["period"] if e in cycles else e["length"] for e in episodes]
+    loop = [e["cycle_start"] - e["period"] if e["period"] and not e["won"] else e["length"] for e in episodes]
     in_cycle = [c for e, k in zip(episodes, loop) for c in e["confidence"][k:]]
     elsewhere = [c for e, k in zip(episodes, loop) for c in e["confidence"][:k]]
     return {
@@ -123,6 +124,7 @@ def summary(name: str, episodes: list[dict], history_length: int) -> dict[str, A
         "cycle from step (mean)": f"{sum(e['cycle_start'] for e in cycles) / len(cycles):.1f}" if cycles else "-",
         "p(greedy) in cycles (median)": f"{np.median(in_cycle):.2f}" if in_cycle else "-",
         "p(greedy) elsewhere (median)": f"{np.median(elsewhere):.2f}" if elsewhere else "-",
+        "periods (count)": ", ".join(f"{p} ({n})" for p, n in sorted(periods.items())),
     }  # fmt: skip
 
 
@@ -148,8 +150,6 @@ def main(argv: list[str] | None = None) -> int:
         agent = load_agent(model, args.env, env_kwargs)
         episodes = play_greedy(agent, args.env, env_kwargs, seeds, args.batch)
         rows.append(summary(model, episodes, agent.config.history_length))
-        periods = collections.Counter(e["period"] for e in episodes if not e["won"] and e["period"])
-        rows[-1]["periods (count)"] = ", ".join(f"{p} ({n})" for p, n in sorted(periods.items()))
         played[model] = episodes
     text = (
         f"# Greedy failures: {args.env} {env_kwargs}, tasks {seeds[0]}..{seeds[-1]}\n\n{markdown_table(rows)}\n\n"
