@@ -77,20 +77,20 @@ class PanelEvaluation(BaseCallback):
     instead of env steps (verl-agent validates every 5 iterations); ``temperature`` is the sampled panels'
     (``deterministic=False``; None: the training temperature).
 
-    Each evaluation records ``eval/success_rate``, ``eval/score``, ``eval/mean_length`` and ``eval/invalid_rate``
-    (an extra panel ``name``: ``eval/<name>/success_rate`` and so on), the main panel's success per task type
-    (``eval/type/<type>``, where the env reports task types) in the agent's logger and dumps it at the
-    agent's ``num_timesteps``, as SB3's ``EvalCallback`` does; and appends to :attr:`history` a dict: ``steps``
-    (the agent's ``num_timesteps``), ``target_steps`` (the point it stands for: the last multiple of ``eval_freq``
-    passed, the training's total steps at the end, the steps it started from at the start; with
-    ``unit="iterations"`` that multiple in iterations), ``iteration``, those four metrics, ``type/<type>``,
-    ``<name>/<metric>`` for the extra panels, ``seconds`` (the time the panels took) and ``elapsed_s`` (seconds since
-    the first training start, evaluations included). :attr:`last` holds the main panel's full
-    :meth:`~agents.gagpo.GAGPOAgent.evaluate` result. Sampled evaluations draw from streams of their own (one per
-    task and step), so a run trains the same with or without this callback, whatever its schedule.
+    Each evaluation records ``eval/success_rate``, ``eval/score``, ``eval/mean_length``, ``eval/invalid_rate`` and
+    ``eval/revisit_rate`` (an extra panel ``name``: ``eval/<name>/success_rate`` and so on), the main panel's success
+    per task type (``eval/type/<type>``, where the env reports task types) in the agent's logger and dumps it at the
+    agent's ``num_timesteps``, as SB3's ``EvalCallback`` does; and appends to :attr:`history` a dict: ``steps`` (the
+    agent's ``num_timesteps``), ``target_steps`` (the point it stands for: the last multiple of ``eval_freq`` passed,
+    the training's total steps at the end, the steps it started from at the start; with ``unit="iterations"`` that
+    multiple in iterations), ``iteration``, those five metrics, ``type/<type>``, ``<name>/<metric>`` for the extra
+    panels, ``seconds`` (the time the panels took) and ``elapsed_s`` (seconds since the first training start,
+    evaluations included). :attr:`last` holds the main panel's full :meth:`~agents.gagpo.GAGPOAgent.evaluate` result.
+    Sampled evaluations draw from streams of their own (one per task and step), so a run trains the same with or without
+    this callback, whatever its schedule.
     """
 
-    METRICS = ("success_rate", "score", "mean_length", "invalid_rate")
+    METRICS = ("success_rate", "score", "mean_length", "invalid_rate", "revisit_rate")
 
     def __init__(
         self,

@@ -109,6 +109,10 @@ class GAGPOConfig:
     invalid_action_penalty: float = field(
         default=0.01, metadata={"help": "reward subtracted for an invalid or unparsable action"}
     )
+    revisit_penalty: float = field(
+        default=0.0,
+        metadata={"help": "reward subtracted for a valid action back to a state the episode was already in"},
+    )
     temperature: float = field(default=1.0, metadata={"help": "sampling temperature during rollouts"})
     # --- optimisation
     learning_rate: float | None = field(
@@ -281,6 +285,7 @@ class GAGPOConfig:
         check(self.max_prompt_tokens >= 16, "max_prompt_tokens must be >= 16")
         check(self.max_new_tokens >= 1, "max_new_tokens must be >= 1")
         check(self.invalid_action_penalty >= 0, "invalid_action_penalty must be >= 0")
+        check(self.revisit_penalty >= 0, "revisit_penalty must be >= 0")
         check(self.temperature > 0, "temperature must be > 0")
         check(self.learning_rate is None or self.learning_rate > 0, "learning_rate must be > 0")
         check(self.lr_schedule in LR_SCHEDULES, f"lr_schedule must be one of {LR_SCHEDULES}, got {self.lr_schedule!r}")

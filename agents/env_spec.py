@@ -37,6 +37,7 @@ def text_wrapping(config: GAGPOConfig) -> dict[str, Any]:
         "backoff": config.key_backoff,
         "memory": config.memory,
         "strict_format": config.strict_format,
+        "revisit_penalty": config.revisit_penalty,
     }
 
 

@@ -137,7 +137,8 @@ def run_panel(
                 results.append({
                     "seed": int(seeds[i]), "task_id": info.get("task_id", task_ids[i]),
                     "task_type": info.get("task_type"), "won": bool(episode["won"]), "return": float(episode["r"]),
-                    "length": int(episode["l"]), "invalid": int(episode["invalid"]), "score": float(episode["score"]),
+                    "length": int(episode["l"]), "invalid": int(episode["invalid"]),
+                    "revisits": int(episode["revisits"]), "score": float(episode["score"]),
                 })  # fmt: skip
     finally:
         venv.close()
@@ -187,6 +188,7 @@ def summarize(results: list[dict[str, Any]]) -> dict[str, Any]:
         "mean_length": float(np.mean([r["length"] for r in results])) if results else 0.0,
         "won_length": float(np.mean([r["length"] for r in won])) if won else None,
         "invalid_rate": float(sum(r["invalid"] for r in results) / max(sum(r["length"] for r in results), 1)),
+        "revisit_rate": float(sum(r["revisits"] for r in results) / max(sum(r["length"] for r in results), 1)),
         "episodes": results,
     }
     types = sorted({r["task_type"] for r in results if r["task_type"] is not None})

@@ -45,13 +45,14 @@ def iteration_sampler(seed: int, iteration: int) -> np.random.Generator:
 
 @dataclass
 class RolloutStats:
-    """What one rollout measured on this rank: time, tokens, invalid and unparsed actions, finished episodes."""
+    """What one rollout measured on this rank: time, tokens, invalid, unparsed and revisiting actions, episodes."""
 
     gen_s: float = 0.0
     env_s: float = 0.0
     tokens: int = 0
     invalid: int = 0  # summed over the finished episodes' records (info["episode"])
     unparsed: int = 0
+    revisits: int = 0
     steps: int = 0  # env steps played, dropped groups' included
     episodes: list[dict[str, Any]] = field(default_factory=list)  # return, length, won of each finished episode
     rounds: int = 0  # rounds of num_groups tasks played (dynamic sampling: more than one)
@@ -169,6 +170,7 @@ class RolloutCollector:
                     episode = self.episode_record(info)
                     stats.invalid += int(episode["invalid"])
                     stats.unparsed += int(episode["unparsed"])
+                    stats.revisits += int(episode["revisits"])
                     stats.episodes.append({
                         "return": float(episode["r"]), "length": int(episode["l"]), "won": bool(episode["won"]),
                         "group": self.buffer.rows[-1].group,
@@ -257,7 +259,10 @@ class RolloutCollector:
         rows, dist = self.buffer.rows, self.dist
         a = self.buffer.advantages()
         episodes = stats.episodes
-        counts = {"invalid": stats.invalid, "unparsed": stats.unparsed, "tokens": stats.tokens, "steps": stats.steps}
+        counts = {
+            "invalid": stats.invalid, "unparsed": stats.unparsed, "revisits": stats.revisits, "tokens": stats.tokens,
+            "steps": stats.steps,
+        }  # fmt: skip
         if dist.enabled:
             episodes = [e for part in dist.gather(episodes) for e in part]
             counts = dict(zip(counts, dist.sum(list(counts.values())).tolist()))
@@ -281,6 +286,7 @@ class RolloutCollector:
         record("rollout/ep_len_mean", float(np.mean([e["length"] for e in episodes])))
         record("rollout/invalid_rate", counts["invalid"] / max(played, 1))
         record("rollout/unparsed_rate", counts["unparsed"] / max(played, 1))
+        record("rollout/revisit_rate", counts["revisits"] / max(played, 1))  # valid steps back to a visited state
         record("rollout/prompt_truncations", self.prompts.truncated_count)
         record("rollout/prompt_overflows", self.prompts.overflow_count)
         if a.size:  # a rank whose groups dynamic sampling dropped has no rows (its peers log theirs)

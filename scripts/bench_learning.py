@@ -163,6 +163,7 @@ DIAGNOSTICS = {
     "advantage/level_share_0": "rows at level 0",
     "train/grad_norm": "grad norm",
     "train/clip_fraction": "clip frac",
+    "rollout/revisit_rate": "rollout revisits",
 }
 
 
@@ -278,6 +279,7 @@ def _curve_point(point: dict[str, Any]) -> dict[str, Any]:
     out = {
         "steps": point["steps"], "success": point["success_rate"], "score": point["score"],
         "mean_length": point["mean_length"], "invalid_rate": point["invalid_rate"],
+        "revisit_rate": point["revisit_rate"],
     }  # fmt: skip
     if "train/success_rate" in point:  # a held-out panel beside a finite training pool
         out["train_success"] = point["train/success_rate"]
@@ -356,6 +358,8 @@ def summarize(
             "AUC": f"{np.mean([np.mean([p['success'] for p in r['curve']]) for r in mine]):.3f}",
             "final length": f"{np.mean([r['curve'][-1]['mean_length'] for r in mine]):.1f}",
         }
+        revisits = [r["curve"][-1]["revisit_rate"] for r in mine if "revisit_rate" in r["curve"][-1]]
+        row["final revisits"] = f"{np.mean(revisits):.3f}" if revisits else "-"  # runs from before the count: -
         for key, name in DIAGNOSTICS.items():
             per_run = [np.mean([it[key] for it in r["iterations"] if key in it]) for r in mine]
             per_run = [v for v in per_run if np.isfinite(v)]

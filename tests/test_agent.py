@@ -854,6 +854,23 @@ def test_generate_mode_iteration_with_an_untrained_model() -> None:
     assert np.isfinite(record["train/policy_loss"]) and record["train/skipped_updates"] == 0
 
 
+def test_revisit_penalty_reaches_the_rollout_rewards_and_the_log() -> None:
+    agent = make_agent(seed=4, revisit_penalty=0.3)
+    logs = capture_logs(agent)
+    agent.learn(40, log_interval=1)
+    rows = agent.buffer.rows
+    seen: dict[int, set] = {}
+    revisits = 0
+    for r in rows:  # the true state keys (the default state_key): back to one the episode was in, or not
+        states = seen.setdefault(r.episode, {r.state_key})
+        back = r.next_state_key in states and r.reward != pytest.approx(-0.01)
+        states.add(r.next_state_key)
+        revisits += back
+        assert min(abs(r.reward - base - (-0.3 if back else 0.0)) for base in (0.0, 1.0, -0.01)) < 1e-9, r
+    assert revisits > 0
+    assert logs.dumps[-1]["rollout/revisit_rate"] == pytest.approx(revisits / len(rows))
+
+
 def test_logged_keys() -> None:
     agent = make_agent(seed=9)
     logs = capture_logs(agent)

@@ -104,12 +104,13 @@ def test_wilson_interval_known_values():
 
 def test_summarize_counts_behind_every_rate_and_no_nan():
     rows = [
-        {"won": True, "return": 1.0, "length": 4, "invalid": 0, "task_type": "pick", "score": 1.0},
-        {"won": False, "return": 0.0, "length": 10, "invalid": 2, "task_type": "pick", "score": 0.0},
-        {"won": True, "return": 1.0, "length": 6, "invalid": 0, "task_type": "look", "score": 1.0},
+        {"won": True, "return": 1.0, "length": 4, "invalid": 0, "revisits": 0, "task_type": "pick", "score": 1.0},
+        {"won": False, "return": 0.0, "length": 10, "invalid": 2, "revisits": 3, "task_type": "pick", "score": 0.0},
+        {"won": True, "return": 1.0, "length": 6, "invalid": 0, "revisits": 1, "task_type": "look", "score": 1.0},
     ]
     out = summarize(rows)
     assert (out["wins"], out["n_tasks"], out["won_length"]) == (2, 3, 5.0)
+    assert (out["invalid_rate"], out["revisit_rate"]) == (2 / 20, 4 / 20)
     assert out["per_type_n"] == {"look": 1, "pick": 2} and out["per_type_wins"] == {"look": 1, "pick": 1}
     assert out["per_type"] == {"look": 1.0, "pick": 0.5}
     empty = summarize([])

@@ -33,6 +33,7 @@ from wrappers import (
     ParseAction,
     PlaceMemory,
     PromptBuilder,
+    RevisitPenalty,
     StateKey,
     extract_action,
     parse_key_spec,
@@ -465,6 +466,34 @@ def test_invalid_action_penalty() -> None:
         InvalidActionPenalty(CountingWalk(), penalty=-0.1)
 
 
+def test_revisit_penalty_charges_valid_steps_back_to_a_visited_state() -> None:
+    env = EpisodeStatistics(RevisitPenalty(InvalidActionPenalty(StateKey(CountingWalk()), penalty=0.05), penalty=0.2))
+    env.reset(seed=0)
+    target = env.unwrapped.target
+    _, reward, *_, info = env.step("left")  # 0 -> -1: a new state
+    assert reward == 0.0 and not info["revisit"]
+    _, reward, *_, info = env.step("right")  # -1 -> 0: back at the start
+    assert reward == pytest.approx(-0.2) and info["revisit"]
+    _, reward, *_, info = env.step("jump")  # invalid: the state stays, only the invalid penalty is charged
+    assert reward == pytest.approx(-0.05) and not info["revisit"] and not info["action_valid"]
+    _, reward, *_, info = env.step("left")  # -1 again
+    assert reward == pytest.approx(-0.2) and info["revisit"]
+    for _ in range(target + 1):
+        _, reward, terminated, _, info = env.step("right")
+    assert terminated and reward == 1.0 and info["episode"]["revisits"] == 3  # 0 once more, then new states
+    assert info["episode"]["r"] == pytest.approx(1.0 - 3 * 0.2 - 0.05)
+    env.reset(seed=0)  # a new episode remembers nothing
+    _, reward, *_, info = env.step("left")
+    assert reward == 0.0 and not info["revisit"]
+    counting = wrap_text_env(CountingWalk(), tagged=False)  # the default penalty 0 only counts
+    counting.reset(seed=0)
+    counting.step("left")
+    _, reward, *_, info = counting.step("right")
+    assert reward == 0.0 and info["revisit"]
+    with pytest.raises(ValueError, match="revisit penalty must be >= 0"):
+        RevisitPenalty(CountingWalk(), penalty=-0.1)
+
+
 def test_history_keeps_the_last_pairs() -> None:
     env = History(CountingWalk(), length=2)
     obs0, info = env.reset(seed=3)
@@ -487,14 +516,18 @@ def test_history_keeps_the_last_pairs() -> None:
 
 def test_wrap_text_env_stack_order() -> None:
     env = wrap_text_env(CountingWalk(), key="observation", penalty=0.5, history_length=1, tagged=True)
-    assert [type(w).__name__ for w in (env, env.env, env.env.env, env.env.env.env, env.env.env.env.env)] == [
+    layers = [env]
+    while layers[-1] is not env.unwrapped:
+        layers.append(layers[-1].env)
+    assert [type(w).__name__ for w in layers[:-1]] == [
         "EpisodeStatistics",
         "ParseAction",
         "History",
+        "RevisitPenalty",
         "InvalidActionPenalty",
         "StateKey",
     ]
-    assert isinstance(env.env.env.env.env.env, CountingWalk)
+    assert isinstance(env.env.env.env.env.env.env, CountingWalk)
     obs0, _ = env.reset(seed=0)
     obs, reward, _, _, info = env.step("no tags here")
     assert reward == -0.5 and not info["action_parsed"] and info["state_key"] == state_key(obs)
@@ -536,7 +569,7 @@ def test_episode_statistics_record_a_hand_played_maze_episode() -> None:
     assert terminated and not truncated
     assert all("episode" not in i for i in infos[:-1])  # nothing before the last step
     record = infos[-1]["episode"]
-    assert set(record) == {"r", "l", "t", "invalid", "unparsed", "won", "score"}
+    assert set(record) == {"r", "l", "t", "invalid", "unparsed", "revisits", "won", "score"}
     assert [i["action_parsed"] for i in infos[:2]] == [False, True] and not any(i["action_valid"] for i in infos[:2])
     assert record["invalid"] == 2 and record["unparsed"] == 1
     assert record["l"] == len(rewards) > 2
@@ -553,6 +586,7 @@ def test_episode_statistics_record_a_hand_played_maze_episode() -> None:
     rewards, infos, *_ = play_expert(env)
     record = infos[-1]["episode"]
     assert (record["invalid"], record["unparsed"], record["l"], record["r"]) == (0, 0, len(rewards), 1.0)
+    assert record["revisits"] == 0  # the expert never walks back into a cell it left
     assert env.episode_count == 2
 
 

@@ -4,6 +4,7 @@ Stack, innermost first (:func:`wrap_text_env` builds it for each sub-env of a gr
 
     StateKey(key=..., backoff=...)   choose the granularity of ``info["state_key"]``; coarser keys in ``info["keys"]``
     InvalidActionPenalty       reward -= penalty when ``info["action_valid"]`` is False
+    RevisitPenalty             reward -= penalty when a valid action leads back to a state of the same episode
     History(length)            ``info["history"]``: the last (observation, command) pairs for the prompt
     Memory (optional)          ``info["memory"]``: what the episode showed, place by place (wrappers.memory)
     ParseAction(tagged)        raw LLM text -> command; unparsable output goes down the env's invalid path
@@ -188,6 +189,42 @@ class InvalidActionPenalty(gym.Wrapper):
         return obs, reward, terminated, truncated, info
 
 
+class RevisitPenalty(gym.Wrapper):
+    """Subtract ``penalty`` from the reward of a valid action that leads back to a state the episode was already in.
+
+    A greedy policy that reads a short history plays the same action from the same prompt, so one revisit is the
+    start of a cycle it never leaves; sampled rollouts leave such cycles by chance after a step or two, and the
+    discounted return charges them little. The state is the env's true key (``info["true_state_key"]`` from
+    :class:`StateKey`, else ``info["state_key"]``). An invalid action is charged by :class:`InvalidActionPenalty`
+    alone. ``info["revisit"]`` flags the step either way, so the episode statistics count revisits at penalty 0 too.
+    """
+
+    def __init__(self, env: gym.Env, penalty: float = 0.0) -> None:
+        super().__init__(env)
+        if penalty < 0:
+            raise ValueError(f"revisit penalty must be >= 0, got {penalty}")
+        self.penalty = float(penalty)
+        self._seen: set[int | str] = set()
+
+    @staticmethod
+    def _state(info: dict) -> int | str:
+        return info["true_state_key"] if "true_state_key" in info else info["state_key"]
+
+    def reset(self, **kwargs: Any):
+        obs, info = self.env.reset(**kwargs)
+        self._seen = {self._state(info)}
+        return obs, info
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        key = self._state(info)
+        revisit = info.get("action_valid", True) and key in self._seen
+        self._seen.add(key)
+        if revisit:
+            reward = float(reward) - self.penalty
+        return obs, reward, terminated, truncated, {**info, "revisit": bool(revisit)}
+
+
 class History(gym.Wrapper):
     """Keep the last ``length`` (observation, action) pairs in ``info["history"]`` for prompt building, and the
     steps taken so far in the episode in ``info["episode_step"]`` (prompt templates show it)."""
@@ -226,6 +263,7 @@ class EpisodeStatistics(gym.wrappers.RecordEpisodeStatistics):
 
     * ``"invalid"``: steps whose ``info["action_valid"]`` was False (the env rejected the command);
     * ``"unparsed"``: steps whose ``info["action_parsed"]`` was False (no command in the model's output);
+    * ``"revisits"``: steps whose ``info["revisit"]`` was True (a valid action back to a state of the episode);
     * ``"won"``: ``bool(info.get("won", False))`` of the last step;
     * ``"score"``: ``float(info.get("score", float(won)))`` of the last step.
 
@@ -239,11 +277,13 @@ class EpisodeStatistics(gym.wrappers.RecordEpisodeStatistics):
         super().__init__(env, buffer_length=buffer_length, stats_key=stats_key)
         self.episode_invalid = 0
         self.episode_unparsed = 0
+        self.episode_revisits = 0
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         obs, info = super().reset(seed=seed, options=options)
         self.episode_invalid = 0
         self.episode_unparsed = 0
+        self.episode_revisits = 0
         return obs, info
 
     def step(self, action):
@@ -252,6 +292,7 @@ class EpisodeStatistics(gym.wrappers.RecordEpisodeStatistics):
         self.episode_lengths += 1
         self.episode_invalid += not info.get("action_valid", True)
         self.episode_unparsed += not info.get("action_parsed", True)
+        self.episode_revisits += bool(info.get("revisit", False))
         if terminated or truncated:
             elapsed = round(time.perf_counter() - self.episode_start_time, 6)
             won = bool(info.get("won", False))
@@ -263,6 +304,7 @@ class EpisodeStatistics(gym.wrappers.RecordEpisodeStatistics):
                     "t": elapsed,
                     "invalid": self.episode_invalid,
                     "unparsed": self.episode_unparsed,
+                    "revisits": self.episode_revisits,
                     "won": won,
                     "score": float(info.get("score", float(won))),
                 },
@@ -285,13 +327,15 @@ def wrap_text_env(
     backoff: Sequence[str] = (),
     memory: bool = False,
     strict_format: bool = False,
+    revisit_penalty: float = 0.0,
 ) -> gym.Env:
-    """The standard stack for training: state and back-off keys, invalid-action penalty, history, the episode's
-    memory (``memory=True``), action parsing (``strict_format``: verl-agent's think-block rule, see
-    :class:`ParseAction`), and outermost the episode statistics (it counts the penalised rewards and ParseAction's
-    ``action_parsed``)."""
+    """The standard stack for training: state and back-off keys, invalid-action and revisit penalties (at 0 the
+    revisits are only counted), history, the episode's memory (``memory=True``), action parsing (``strict_format``:
+    verl-agent's think-block rule, see :class:`ParseAction`), and outermost the episode statistics (it counts the
+    penalised rewards, ParseAction's ``action_parsed`` and the revisits)."""
     env = StateKey(env, key, backoff)
     env = InvalidActionPenalty(env, penalty)
+    env = RevisitPenalty(env, revisit_penalty)
     env = History(env, history_length)
     if memory:
         env = Memory(env)
