@@ -9,7 +9,9 @@ choose from) makes the same choice again; where the house is back in the same st
 to the time limit. The report counts the failures that end so (every prompt from some step on equal to the one a
 period before, for at least a whole period), by the cycle's period. A period up to ``history_length`` leaves the
 looping command in the prompt's own history (a policy could learn not to repeat it); a longer one is invisible to the
-prompt (its steps look alike: aliasing, which only memory removes).
+prompt (its steps look alike: aliasing, which only memory removes). Two more counts say what else goes wrong: the
+failures that took an object the task does not name (``take X ...`` with X's name nowhere in the task text), and the
+share of steps that lead back to a state the episode was already in (where the env gives ``info["state_key"]``).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import re
 import sys
 from collections.abc import Hashable, Sequence
 from pathlib import Path
@@ -68,6 +71,9 @@ def play_greedy(agent: Any, env_id: str, env_kwargs: dict[str, Any], seeds: list
         keys: list[list] = [[] for _ in chunk]
         commands: list[list[str]] = [[] for _ in chunk]
         confidence: list[list[float]] = [[] for _ in chunk]  # the greedy choice's probability at each step
+        tasks = [str(info.get("task", "")) for info in infos]
+        visited = [{info.get("state_key")} for info in infos]  # {None} where the env keys no state
+        revisits = [0] * len(chunk)
         won, done = [False] * len(chunk), [False] * len(chunk)
         while not all(done):
             live = [j for j in range(len(chunk)) if not done[j]]
@@ -92,6 +98,9 @@ def play_greedy(agent: Any, env_id: str, env_kwargs: dict[str, Any], seeds: list
                 states[j] = state
                 commands[j].append(action)
                 obs[j], _, terminated, truncated, infos[j] = envs[j].step(action)
+                key = infos[j].get("state_key")
+                revisits[j] += key is not None and key in visited[j] and infos[j].get("action_valid", True)
+                visited[j].add(key)
                 if terminated or truncated:
                     done[j], won[j] = True, bool(infos[j].get("won", False))
         for env in envs:
@@ -100,15 +109,23 @@ def play_greedy(agent: Any, env_id: str, env_kwargs: dict[str, Any], seeds: list
             cycle = final_cycle(keys[j])
             episodes.append({
                 "task": seed, "won": won[j], "length": len(keys[j]), "task_type": infos[j].get("task_type"),
+                "task_text": tasks[j], "revisits": revisits[j] if None not in visited[j] else None,
                 "cycle_start": cycle and cycle[0], "period": cycle and cycle[1],
                 "commands": commands[j], "confidence": [round(c, 4) for c in confidence[j]],
             })  # fmt: skip
     return episodes
 
 
+def took_unnamed(episode: dict) -> bool:
+    """Whether the episode took an object the task does not name (``take apple 1 from ...``, no "apple" in the task)."""
+    words = set(re.findall(r"[a-z]+", episode["task_text"].lower()))
+    return any(c.split()[1] not in words for c in episode["commands"] if c.startswith("take ") and len(c.split()) > 1)
+
+
 def summary(name: str, episodes: list[dict], history_length: int) -> dict[str, Any]:
     """One report row: greedy success and how the failures end."""
     failures = [e for e in episodes if not e["won"]]
+    keyed = [e for e in episodes if e["revisits"] is not None]
     cycles = [e for e in failures if e["period"]]
     visible = sum(e["period"] <= history_length for e in cycles)
     periods = collections.Counter(e["period"] for e in cycles)
@@ -125,6 +142,10 @@ def summary(name: str, episodes: list[dict], history_length: int) -> dict[str, A
         "p(greedy) in cycles (median)": f"{np.median(in_cycle):.2f}" if in_cycle else "-",
         "p(greedy) elsewhere (median)": f"{np.median(elsewhere):.2f}" if elsewhere else "-",
         "periods (count)": ", ".join(f"{p} ({n})" for p, n in sorted(periods.items())),
+        "took an object the task does not name": sum(map(took_unnamed, failures)),
+        "steps back to a visited state": (
+            f"{sum(e['revisits'] for e in keyed) / sum(e['length'] for e in keyed):.2f}" if keyed else "-"
+        ),
     }  # fmt: skip
 
 
@@ -155,7 +176,10 @@ def main(argv: list[str] | None = None) -> int:
         f"# Greedy failures: {args.env} {env_kwargs}, tasks {seeds[0]}..{seeds[-1]}\n\n{markdown_table(rows)}\n\n"
         "Ending in a prompt cycle: from some step to the time limit, every prompt (observation, history window, "
         "memory line, admissible commands) is the one its period of steps before, for at least one whole period; "
-        "a period up to the history length keeps the repeated command in the prompt's own history.\n"
+        "a period up to the history length keeps the repeated command in the prompt's own history. Took an object "
+        "the task does not name: failures with a `take X ...` command whose X is nowhere in the task text. Steps "
+        "back to a visited state: valid steps whose state key (the env's `info['state_key']`) the episode already "
+        "had, over all steps played.\n"
     )
     print(text)
     if args.out:

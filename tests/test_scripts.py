@@ -597,6 +597,9 @@ def test_final_cycle_is_the_loop_an_episode_ends_in():
     assert cycles.final_cycle(list("xaaaa")) == (2, 1)
     assert cycles.final_cycle(list("abcbcbd")) is None  # it left the loop
     assert cycles.final_cycle(list("abcb")) is None  # one repeated prompt, not a whole period
+    episode = {"task_text": "put some statue on shelf.", "commands": ["go to shelf 1", "take statue 1 from shelf 1"]}
+    assert not cycles.took_unnamed(episode)
+    assert cycles.took_unnamed({**episode, "commands": ["take pencil 2 from desk 1", "take statue 1 from desk 1"]})
 
 
 def test_greedy_cycles_reports_a_prior_and_its_saved_agent_alike(tmp_path):
@@ -618,4 +621,7 @@ def test_greedy_cycles_reports_a_prior_and_its_saved_agent_alike(tmp_path):
         if e["period"]:  # the commands repeat from the cycle on, as the prompts (which show all but the last) do
             tail = e["commands"][e["cycle_start"] - e["period"] : -1]
             assert tail[e["period"] :] == tail[: len(tail) - e["period"]] and not e["won"]
+            assert e["revisits"] >= 1  # round the loop the house is back in a state it was in
+        assert e["task_text"] and 0 <= e["revisits"] <= e["length"]
     assert "| model | tasks | greedy success |" in out.read_text() and stdout.startswith("# Greedy failures")
+    assert "| took an object the task does not name | steps back to a visited state |" in out.read_text()
