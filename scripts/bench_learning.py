@@ -136,6 +136,13 @@ ENVS["minihouse-full-w128"] = dataclasses.replace(
     note="full-size houses, a fresh house and task per group, the prior 128 wide instead of 64",
     prior_path="results/priors/minihouse-full-search-w128",
 )
+# The same, the tiny model twice as deep (4 layers, 64 wide): matching the task's object name against the names in
+# the observation is what RL's agents get wrong most (results/greedy_cycles_minihouse-full-w128.md).
+ENVS["minihouse-full-d4"] = dataclasses.replace(
+    ENVS["minihouse-full"],
+    note="full-size houses, a fresh house and task per group, the prior 4 layers deep instead of 2",
+    prior_path="results/priors/minihouse-full-search-d4",
+)
 
 #: Budgets (an env setup may scale them). ``quick`` is sized for about 15 minutes per env (5 estimators x 3 seeds)
 #: on a shared 2-core CPU.
