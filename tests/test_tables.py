@@ -35,7 +35,8 @@ def episodes(names: dict[str, str] | None = None) -> list[dict]:
         for k in range(games):
             won = k < wins
             rows.append({"won": won, "score": float(won), "return": float(won), "length": 5 if won else 50,
-                         "invalid": 0, "task_type": (names or {}).get(task_type, task_type)})  # fmt: skip
+                         "invalid": 0, "revisits": 0,
+                         "task_type": (names or {}).get(task_type, task_type)})  # fmt: skip
     return rows
 
 
