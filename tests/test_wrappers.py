@@ -527,7 +527,7 @@ def test_wrap_text_env_stack_order() -> None:
         "InvalidActionPenalty",
         "StateKey",
     ]
-    assert isinstance(env.env.env.env.env.env.env, CountingWalk)
+    assert isinstance(layers[-1], CountingWalk)
     obs0, _ = env.reset(seed=0)
     obs, reward, _, _, info = env.step("no tags here")
     assert reward == -0.5 and not info["action_parsed"] and info["state_key"] == state_key(obs)
