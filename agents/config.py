@@ -114,6 +114,12 @@ class GAGPOConfig:
         metadata={"help": "reward subtracted for a valid action back to a state the episode was already in"},
     )
     temperature: float = field(default=1.0, metadata={"help": "sampling temperature during rollouts"})
+    # A deterministic policy can fail in ways sampled rollouts never show (a loop that sampling leaves by chance);
+    # a greedy member puts the greedy episode of every training task in its group, where its advantage judges it.
+    greedy_members: int = field(
+        default=0,
+        metadata={"help": "members of each rollout group that act greedily (the rest sample); < group_size"},
+    )
     # --- optimisation
     learning_rate: float | None = field(
         default=None, metadata={"help": "AdamW learning rate; none: 1e-3 for the tiny model, 1e-6 otherwise"}
@@ -287,6 +293,10 @@ class GAGPOConfig:
         check(self.invalid_action_penalty >= 0, "invalid_action_penalty must be >= 0")
         check(self.revisit_penalty >= 0, "revisit_penalty must be >= 0")
         check(self.temperature > 0, "temperature must be > 0")
+        check(
+            0 <= self.greedy_members < self.group_size,
+            f"greedy_members must be in [0, group_size), got {self.greedy_members} (group_size {self.group_size})",
+        )
         check(self.learning_rate is None or self.learning_rate > 0, "learning_rate must be > 0")
         check(self.lr_schedule in LR_SCHEDULES, f"lr_schedule must be one of {LR_SCHEDULES}, got {self.lr_schedule!r}")
         check(self.n_epochs >= 0, f"n_epochs must be >= 0 (0: auto), got {self.n_epochs}")

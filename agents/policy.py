@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Protocol
 
 import numpy as np
@@ -119,6 +119,17 @@ class Rollout:
     logp: list[np.ndarray] = field(default_factory=list)  # per-token log-probs (choose: one entry)
     values: list[float] = field(default_factory=list)  # value head, when the policy has one
     scored_tokens: int = 0  # tokens the model processed or produced (for tokens/s)
+
+    @classmethod
+    def interleave(cls, parts: list[tuple[list[int], Rollout]]) -> Rollout:
+        """One rollout from parts that acted on disjoint rows of a batch (``(rows, rollout)``), in row order."""
+        order = [(row, part, k) for rows, part in parts for k, row in enumerate(rows)]
+        order.sort(key=lambda item: item[0])
+        merged = cls([], [], scored_tokens=sum(part.scored_tokens for _, part in parts))
+        for f in fields(cls):
+            if f.name != "scored_tokens" and all(getattr(part, f.name) for _, part in parts):
+                setattr(merged, f.name, [getattr(part, f.name)[k] for _, part, k in order])
+        return merged
 
 
 @dataclass

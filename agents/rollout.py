@@ -173,7 +173,7 @@ class RolloutCollector:
                     stats.revisits += int(episode["revisits"])
                     stats.episodes.append({
                         "return": float(episode["r"]), "length": int(episode["l"]), "won": bool(episode["won"]),
-                        "group": self.buffer.rows[-1].group,
+                        "group": self.buffer.rows[-1].group, "greedy": self.greedy(i),
                     })  # fmt: skip
                 current[i] = info
             stats.steps += len(idx)
@@ -190,7 +190,8 @@ class RolloutCollector:
 
     def act(self, iteration: int, round: int, idx: np.ndarray, obs, current: list[dict], lengths: np.ndarray,
             stats: RolloutStats) -> Rollout:  # fmt: skip
-        """The policy's actions for the sub-envs ``idx``, each sampled with its own seed (:func:`action_seed`)."""
+        """The policy's actions for the sub-envs ``idx``, each sampled with its own seed (:func:`action_seed`), or
+        the argmax for a group's first ``greedy_members`` members."""
         env, c = self.env, self.config
         if c.action_mode == "choose":
             for i in idx:
@@ -206,10 +207,23 @@ class RolloutCollector:
                         int(lengths[i]))
             for i in idx
         ]  # fmt: skip
-        out = self.policy.act(prompts, [current[i]["admissible_actions"] for i in idx], seeds=seeds)
+        admissible = [current[i]["admissible_actions"] for i in idx]
+        greedy = [self.greedy(i) for i in idx]
+        parts = []
+        for deterministic in (False, True):
+            rows = [k for k, flag in enumerate(greedy) if flag == deterministic]
+            if rows:
+                part = self.policy.act([prompts[k] for k in rows], [admissible[k] for k in rows],
+                                       seeds=[seeds[k] for k in rows], deterministic=deterministic)  # fmt: skip
+                parts.append((rows, part))
+        out = parts[0][1] if len(parts) == 1 else Rollout.interleave(parts)
         stats.gen_s += time.perf_counter() - t0
         stats.tokens += out.scored_tokens
         return out
+
+    def greedy(self, i: int) -> bool:
+        """Whether sub-env ``i`` acts greedily: a group's members 0..greedy_members-1 do."""
+        return int(i) % self.env.group_size < self.config.greedy_members
 
     def row(self, iteration: int, round: int, i: int, k: int, out: Rollout, before: dict, after: dict,
             reward: float, terminated: bool, done: bool, next_value: float) -> Row:  # fmt: skip
@@ -275,7 +289,10 @@ class RolloutCollector:
             record("rollout/informative_group_share", stats.informative_groups / max(stats.groups_played, 1))
             record("rollout/groups_kept", stats.kept_groups)
             record("rollout/env_steps_played", played)
-        record("rollout/success_rate", float(np.mean([e["won"] for e in episodes])))
+        sampled = [e["won"] for e in episodes if not e["greedy"]]
+        record("rollout/success_rate", float(np.mean(sampled)))  # the sampled members'
+        if self.config.greedy_members:
+            record("rollout/greedy_success_rate", float(np.mean([e["won"] for e in episodes if e["greedy"]])))
         # Where the estimators find a contrast: groups with some win and some loss teach the most.
         won_by_group: dict[int, list[bool]] = {}
         for e in episodes:

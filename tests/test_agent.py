@@ -871,6 +871,34 @@ def test_revisit_penalty_reaches_the_rollout_rewards_and_the_log() -> None:
     assert logs.dumps[-1]["rollout/revisit_rate"] == pytest.approx(revisits / len(rows))
 
 
+def test_greedy_members_play_the_policys_argmax_and_are_logged_apart() -> None:
+    agent = make_agent(seed=5, greedy_members=1)
+    rows, env, actions = collect(agent), agent.env, agent.policy.actions  # no update: the rollout's policy
+    member = {int(e): i % env.group_size for i, e in enumerate(env.episode_index)}
+    greedy_rows, sampled_off_argmax = 0, 0
+    for r in rows:
+        with torch.no_grad():
+            seq, counts, _ = actions.score_candidates([r.prompt_ids], [r.candidate_ids])
+            log_pi = actions.choice_log_probs(seq[0], counts[0]).numpy()
+        assert log_pi[r.chosen] == pytest.approx(float(r.rollout_logp[0]), abs=1e-4)
+        argmax = r.chosen == int(np.argmax(log_pi))
+        if member[r.episode] == 0:
+            greedy_rows += 1
+            assert argmax, r
+        else:
+            sampled_off_argmax += not argmax
+    assert greedy_rows > 0 and sampled_off_argmax > 0  # the other members still sample
+    logs = capture_logs(agent)
+    agent.learn(40, log_interval=1)
+    episodes = agent.last_rollout["episodes"]
+    assert [e["greedy"] for e in episodes].count(True) == agent.config.num_groups
+    d = logs.dumps[-1]
+    assert d["rollout/greedy_success_rate"] == pytest.approx(np.mean([e["won"] for e in episodes if e["greedy"]]))
+    assert d["rollout/success_rate"] == pytest.approx(np.mean([e["won"] for e in episodes if not e["greedy"]]))
+    with pytest.raises(ValueError, match="greedy_members"):
+        make_agent(greedy_members=4)  # group_size 4: no member would sample
+
+
 def test_logged_keys() -> None:
     agent = make_agent(seed=9)
     logs = capture_logs(agent)
