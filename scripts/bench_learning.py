@@ -143,6 +143,13 @@ ENVS["minihouse-full-d4"] = dataclasses.replace(
     note="full-size houses, a fresh house and task per group, the prior 4 layers deep instead of 2",
     prior_path="results/priors/minihouse-full-search-d4",
 )
+# The recipe of minihouse-full stopped at 9 epochs of 12 (greedy 0.61 against 0.70): does RL from a weaker prior of
+# the same shape stop at the same plateau (a ceiling of the model and prompt) or add the same +10 (results/priors)?
+ENVS["minihouse-full-e9"] = dataclasses.replace(
+    ENVS["minihouse-full"],
+    note="full-size houses, a fresh house and task per group, the prior trained 9 epochs instead of 12",
+    prior_path="results/priors/minihouse-full-search-e9",
+)
 
 #: Budgets (an env setup may scale them). ``quick`` is sized for about 15 minutes per env (5 estimators x 3 seeds)
 #: on a shared 2-core CPU.
