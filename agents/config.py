@@ -15,6 +15,7 @@ ESTIMATORS = ("gagpo", "gigpo", "grpo", "rloo", "ppo")
 DTYPES = ("auto", "float32", "bfloat16")
 BACKENDS = ("hf", "vllm")
 LR_SCHEDULES = ("constant", "linear", "cosine")
+EXPERT_NEEDS_CHOOSE = "expert_members needs action_mode='choose' (an expert member plays an admissible choice)"
 # Clip ranges of the length-normalised action ratio. A choice among a few candidates moves its probability a lot
 # per update, so PPO's 0.2 binds there. A generated action's ratio is a geometric mean over its tokens and barely
 # moves: on SmolLM2-135M in generate mode (scripts/bench_clip.py, results/clip_range.json) 0.2 clipped 0% of the
@@ -119,6 +120,24 @@ class GAGPOConfig:
     greedy_members: int = field(
         default=0,
         metadata={"help": "members of each rollout group that act greedily (the rest sample); < group_size"},
+    )
+    # Off-policy guidance (as LUFFY mixes demonstrations into GRPO groups): an expert member plays the env's
+    # expert_action() in every training task, so a group whose sampled members miss the task still holds a win, and
+    # at the states they share GAGPO's state groups contrast the expert's choice with theirs. Its rows enter the
+    # update like the others, scored with the policy's own probability of the expert's action (choose mode).
+    expert_members: int = field(
+        default=0,
+        metadata={
+            "help": "members of each rollout group that play the env's expert (after the greedy ones; choose "
+            "mode); greedy_members + expert_members < group_size"
+        },
+    )
+    expert: str = field(
+        default="oracle",
+        metadata={
+            "help": "the expert the expert members play: oracle (the env's expert_action()) or a kind the env "
+            "lists in EXPERTS (MiniHouse: search)"
+        },
     )
     # --- optimisation
     learning_rate: float | None = field(
@@ -297,6 +316,12 @@ class GAGPOConfig:
             0 <= self.greedy_members < self.group_size,
             f"greedy_members must be in [0, group_size), got {self.greedy_members} (group_size {self.group_size})",
         )
+        check(
+            self.expert_members >= 0 and self.greedy_members + self.expert_members < self.group_size,
+            f"expert_members must be >= 0 and leave a sampled member: greedy_members + expert_members < group_size, "
+            f"got {self.greedy_members} + {self.expert_members} (group_size {self.group_size})",
+        )
+        check(self.expert_members == 0 or self.action_mode != "generate", EXPERT_NEEDS_CHOOSE)
         check(self.learning_rate is None or self.learning_rate > 0, "learning_rate must be > 0")
         check(self.lr_schedule in LR_SCHEDULES, f"lr_schedule must be one of {LR_SCHEDULES}, got {self.lr_schedule!r}")
         check(self.n_epochs >= 0, f"n_epochs must be >= 0 (0: auto), got {self.n_epochs}")
@@ -330,6 +355,8 @@ class GAGPOConfig:
         if tiny and self.lora_r > 0:
             raise ValueError("lora_r > 0 needs a pretrained model: the tiny model starts random and trains all weights")
         action_mode = ("choose" if tiny else "generate") if self.action_mode == "auto" else self.action_mode
+        if self.expert_members and action_mode == "generate":
+            raise ValueError(f"GAGPOConfig: {EXPERT_NEEDS_CHOOSE} (action_mode 'auto' is generate for this model)")
         clip = CLIP_GENERATE if action_mode == "generate" and self.ratio == "action" else CLIP_CHOOSE
         return dataclasses.replace(
             self,

@@ -276,7 +276,7 @@ class ChooseMode:
         score = seq_logp / counts if self.score == "mean" else seq_logp
         return torch.log_softmax(score / self.policy.temperature, -1)
 
-    def act(self, prompts, admissible, seeds, deterministic) -> Rollout:
+    def act(self, prompts, admissible, seeds, deterministic, choices: Sequence[int] | None = None) -> Rollout:
         p = self.policy
         if any(not a for a in admissible):
             raise ValueError("choose mode needs a non-empty admissible action list for every prompt")
@@ -295,7 +295,9 @@ class ChooseMode:
         rollout = Rollout([], list(prompts), candidate_ids=candidates, scored_tokens=sum(sizes))
         for row, s in enumerate(slot):
             log_pi = log_pis[s]
-            if deterministic:
+            if choices is not None:
+                choice = int(choices[row])
+            elif deterministic:
                 choice = int(np.argmax(log_pi))
             else:  # inverse CDF with the row's own uniform draw: independent of how rows were batched
                 cdf = np.cumsum(np.exp(log_pi))
@@ -428,11 +430,20 @@ class LLMPolicy(nn.Module):
         seeds: Sequence[int] | None = None,
         rng: np.random.Generator | None = None,
         deterministic: bool = False,
+        choices: Sequence[int] | None = None,
     ) -> Rollout:
         """Choose one action per prompt (identical prompts are scored once in choose mode).
 
         Each prompt samples from its own random stream: ``seeds`` (one per prompt), or seeds drawn from ``rng``.
+        ``choices`` (choose mode): play these candidates (an index into each prompt's admissible actions) instead,
+        with the policy's own log-probs of them: a demonstrator's actions, recorded as if the policy had chosen them.
         """
+        if choices is not None:
+            if not isinstance(self.actions, ChooseMode):
+                raise ValueError("act(choices=...) plays given admissible actions: it needs action_mode='choose'")
+            if len(choices) != len(prompts):
+                raise ValueError(f"{len(prompts)} prompts but {len(choices)} choices")
+            return self.actions.act(prompts, admissible, [], False, choices=choices)
         if seeds is None:
             if rng is None and not deterministic:
                 raise ValueError("act() needs seeds or an rng to sample")

@@ -24,6 +24,9 @@ from agents.evaluation import check_reward, info_at
 from agents.policy import LLMPolicy, Rollout
 from wrappers import GroupedVectorEnv, PromptBuilder
 
+#: How a rollout group's members act (:meth:`RolloutCollector.role`); rollout/success_rate is the sampled ones'.
+ROLES = ("sampled", "greedy", "expert")
+
 
 def action_seed(seed: int, group: int, member: int, step: int) -> int:
     """The random stream of one action: a function of (seed, group id, member, step) alone."""
@@ -173,7 +176,7 @@ class RolloutCollector:
                     stats.revisits += int(episode["revisits"])
                     stats.episodes.append({
                         "return": float(episode["r"]), "length": int(episode["l"]), "won": bool(episode["won"]),
-                        "group": self.buffer.rows[-1].group, "greedy": self.greedy(i),
+                        "group": self.buffer.rows[-1].group, "role": self.role(i),
                     })  # fmt: skip
                 current[i] = info
             stats.steps += len(idx)
@@ -191,7 +194,7 @@ class RolloutCollector:
     def act(self, iteration: int, round: int, idx: np.ndarray, obs, current: list[dict], lengths: np.ndarray,
             stats: RolloutStats) -> Rollout:  # fmt: skip
         """The policy's actions for the sub-envs ``idx``, each sampled with its own seed (:func:`action_seed`), or
-        the argmax for a group's first ``greedy_members`` members."""
+        as its member's :meth:`role` says: the argmax, or the expert's command scored by the policy."""
         env, c = self.env, self.config
         if c.action_mode == "choose":
             for i in idx:
@@ -208,22 +211,45 @@ class RolloutCollector:
             for i in idx
         ]  # fmt: skip
         admissible = [current[i]["admissible_actions"] for i in idx]
-        greedy = [self.greedy(i) for i in idx]
+        roles = [self.role(i) for i in idx]
         parts = []
-        for deterministic in (False, True):
-            rows = [k for k, flag in enumerate(greedy) if flag == deterministic]
+        for role in ROLES:
+            rows = [k for k, r in enumerate(roles) if r == role]
             if rows:
+                choices = self.expert_choices([idx[k] for k in rows], [admissible[k] for k in rows]) \
+                    if role == "expert" else None  # fmt: skip
                 part = self.policy.act([prompts[k] for k in rows], [admissible[k] for k in rows],
-                                       seeds=[seeds[k] for k in rows], deterministic=deterministic)  # fmt: skip
+                                       seeds=[seeds[k] for k in rows], deterministic=role == "greedy",
+                                       choices=choices)  # fmt: skip
                 parts.append((rows, part))
         out = parts[0][1] if len(parts) == 1 else Rollout.interleave(parts)
         stats.gen_s += time.perf_counter() - t0
         stats.tokens += out.scored_tokens
         return out
 
-    def greedy(self, i: int) -> bool:
-        """Whether sub-env ``i`` acts greedily: a group's members 0..greedy_members-1 do."""
-        return int(i) % self.env.group_size < self.config.greedy_members
+    def role(self, i: int) -> str:
+        """How sub-env ``i`` acts: a group's first ``greedy_members`` members greedily, the next ``expert_members``
+        as the env's expert, the rest by sampling."""
+        member, c = int(i) % self.env.group_size, self.config
+        if member < c.greedy_members:
+            return "greedy"
+        return "expert" if member < c.greedy_members + c.expert_members else "sampled"
+
+    def expert_choices(self, sub_envs: list[int], admissible: list[list[str]]) -> list[int]:
+        """The index, among its admissible actions, of the command each sub-env's expert plays next."""
+        kind = self.config.expert
+        try:
+            commands = self.env.call("expert_action", *(() if kind == "oracle" else (kind,)), indices=sub_envs)
+        except (AttributeError, NotImplementedError) as err:
+            raise ValueError(f"{self.env_id} has no expert_action(): expert members play an env's expert") from err
+        choices = []
+        for command, actions in zip(commands, admissible):
+            if command not in actions:
+                raise ValueError(
+                    f"{self.env_id}: the {kind} expert plays {command!r}, which is not among the admissible actions"
+                )
+            choices.append(actions.index(command))
+        return choices
 
     def row(self, iteration: int, round: int, i: int, k: int, out: Rollout, before: dict, after: dict,
             reward: float, terminated: bool, done: bool, next_value: float) -> Row:  # fmt: skip
@@ -289,10 +315,12 @@ class RolloutCollector:
             record("rollout/informative_group_share", stats.informative_groups / max(stats.groups_played, 1))
             record("rollout/groups_kept", stats.kept_groups)
             record("rollout/env_steps_played", played)
-        sampled = [e["won"] for e in episodes if not e["greedy"]]
+        sampled = [e["won"] for e in episodes if e["role"] == "sampled"]
         record("rollout/success_rate", float(np.mean(sampled)))  # the sampled members'
-        if self.config.greedy_members:
-            record("rollout/greedy_success_rate", float(np.mean([e["won"] for e in episodes if e["greedy"]])))
+        for role, members in (("greedy", self.config.greedy_members), ("expert", self.config.expert_members)):
+            if members:
+                won = [e["won"] for e in episodes if e["role"] == role]
+                record(f"rollout/{role}_success_rate", float(np.mean(won)))
         # Where the estimators find a contrast: groups with some win and some loss teach the most.
         won_by_group: dict[int, list[bool]] = {}
         for e in episodes:

@@ -891,12 +891,43 @@ def test_greedy_members_play_the_policys_argmax_and_are_logged_apart() -> None:
     logs = capture_logs(agent)
     agent.learn(40, log_interval=1)
     episodes = agent.last_rollout["episodes"]
-    assert [e["greedy"] for e in episodes].count(True) == agent.config.num_groups
+    assert [e["role"] for e in episodes].count("greedy") == agent.config.num_groups
     d = logs.dumps[-1]
-    assert d["rollout/greedy_success_rate"] == pytest.approx(np.mean([e["won"] for e in episodes if e["greedy"]]))
-    assert d["rollout/success_rate"] == pytest.approx(np.mean([e["won"] for e in episodes if not e["greedy"]]))
+    won = {role: [e["won"] for e in episodes if e["role"] == role] for role in ("greedy", "sampled")}
+    assert d["rollout/greedy_success_rate"] == pytest.approx(np.mean(won["greedy"]))
+    assert d["rollout/success_rate"] == pytest.approx(np.mean(won["sampled"]))
+    assert "rollout/expert_success_rate" not in d
     with pytest.raises(ValueError, match="greedy_members"):
         make_agent(greedy_members=4)  # group_size 4: no member would sample
+
+
+def test_expert_members_play_the_envs_expert_scored_by_the_policy() -> None:
+    agent = make_agent(seed=6, greedy_members=1, expert_members=1)
+    rows, env, actions = collect(agent), agent.env, agent.policy.actions
+    member = {int(e): i % env.group_size for i, e in enumerate(env.episode_index)}
+    by_episode: dict[int, list[Row]] = {}
+    for r in rows:
+        with torch.no_grad():
+            seq, counts, _ = actions.score_candidates([r.prompt_ids], [r.candidate_ids])
+            log_pi = actions.choice_log_probs(seq[0], counts[0]).numpy()
+        assert log_pi[r.chosen] == pytest.approx(float(r.rollout_logp[0]), abs=1e-4)  # the policy's own log-prob
+        by_episode.setdefault(r.episode, []).append(r)
+    expert = [e for e in by_episode.values() if member[e[0].episode] == 1]
+    sampled = [e for e in by_episode.values() if member[e[0].episode] > 1]
+    assert len(expert) == agent.config.num_groups
+    assert all(len(e) == 3 and e[-1].won for e in expert)  # three signs, each followed at the first try
+    assert any(len(e) > 3 or not e[-1].won for e in sampled)  # the untrained policy's members still err
+    logs = capture_logs(agent)
+    agent.learn(40, log_interval=1)
+    episodes = agent.last_rollout["episodes"]
+    d = logs.dumps[-1]
+    assert [e["role"] for e in episodes].count("expert") == agent.config.num_groups
+    assert d["rollout/expert_success_rate"] == 1.0
+    assert d["rollout/success_rate"] == pytest.approx(np.mean([e["won"] for e in episodes if e["role"] == "sampled"]))
+    with pytest.raises(ValueError, match="expert_members"):
+        make_agent(greedy_members=1, expert_members=3)  # group_size 4: no member would sample
+    with pytest.raises(ValueError, match="expert_members needs action_mode='choose'"):
+        make_agent(expert_members=1, action_mode="generate")
 
 
 def test_logged_keys() -> None:
