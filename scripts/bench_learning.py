@@ -399,6 +399,13 @@ def bootstrap_ratio(
     return float(a.mean() / b.mean()), float(np.quantile(ratios, tail)), float(np.quantile(ratios, 1 - tail))
 
 
+def _baseline(gagpo_label: str, baseline: str, labels: list[str]) -> str:
+    """The run a GAGPO label is compared with: the baseline's run of the same variant (``gagpo X`` against
+    ``gigpo X``) when there is one, else the plain baseline."""
+    same = baseline + gagpo_label.removeprefix("gagpo")
+    return same if same in labels else baseline
+
+
 def ratio_table(runs: list[dict[str, Any]], bar: float, train_bar: float = 0.8) -> list[dict[str, Any]]:
     """Each GAGPO label against each of RATIO_BASELINES: env steps to the bar (censored) and final success, per panel.
 
@@ -406,7 +413,8 @@ def ratio_table(runs: list[dict[str, Any]], bar: float, train_bar: float = 0.8) 
     """
     rows = []
     labels = list(dict.fromkeys(r["label"] for r in runs))
-    pairs = [(num, den) for num in labels if num.startswith("gagpo") for den in RATIO_BASELINES if den in labels]
+    pairs = [(num, _baseline(num, den, labels)) for num in labels if num.startswith("gagpo")
+             for den in RATIO_BASELINES if _baseline(num, den, labels) in labels]  # fmt: skip
     for num, den in pairs:
         a = [r for r in runs if r["label"] == num]
         b = [r for r in runs if r["label"] == den]
@@ -518,8 +526,10 @@ def build_parser() -> tuple[argparse.ArgumentParser, list[str]]:
         "--backoff", nargs="+", default=None, help="extra GAGPO runs with key_backoff set to these keys (e.g. group)"
     )
     parser.add_argument(
-        "--variant", action="append", default=[], metavar="LABEL=JSON",
-        help='an extra GAGPO run with these hyperparameters, e.g. coef0.5=\'{"episode_coef": 0.5}\' (repeatable)',
+        "--variant", action="append", default=[], metavar="[ESTIMATOR:]LABEL=JSON",
+        help="an extra run (GAGPO unless ESTIMATOR: is given) with these hyperparameters, e.g. "
+        'coef0.5=\'{"episode_coef": 0.5}\' or grpo:ex=\'{"expert_members": 1}\'; a GAGPO variant is compared '
+        "with the same variant of a baseline when there is one (repeatable)",
     )  # fmt: skip
     parser.add_argument("--lam-sweep", nargs="+", type=float, default=None, help="extra GAGPO runs at these lambdas")
     parser.add_argument("--total-steps", type=int, default=None, help="env-step budget per run (preset)")
@@ -578,8 +588,8 @@ def _runs_for(
         variants.append((label, estimator, base))
     if args.backoff:
         variants.append((f"gagpo+backoff({','.join(args.backoff)})", "gagpo", {**base, "key_backoff": args.backoff}))
-    for label, extra in _parse_variants(args.variant):
-        variants.append((label, "gagpo", {**base, **extra}))
+    for label, estimator, extra in _parse_variants(args.variant):
+        variants.append((label, estimator, {**base, **extra}))
     for lam in args.lam_sweep or []:
         if "gagpo" in args.estimators and abs(lam - default_lam) < 1e-12:
             continue
@@ -664,14 +674,18 @@ def merge_reports(args: argparse.Namespace, setups: dict[str, EnvSetup]) -> int:
     return 0
 
 
-def _parse_variants(specs: list[str]) -> list[tuple[str, dict[str, Any]]]:
-    """``LABEL=JSON`` pairs of --variant."""
+def _parse_variants(specs: list[str]) -> list[tuple[str, str, dict[str, Any]]]:
+    """(label, estimator, hyperparameters) of each ``[ESTIMATOR:]LABEL=JSON`` of --variant (GAGPO by default)."""
     out = []
     for spec in specs:
-        label, sep, text = spec.partition("=")
+        head, sep, text = spec.partition("=")
+        estimator, colon, label = head.rpartition(":")
+        estimator = estimator if colon else "gagpo"
         if not sep or not label:
-            fail(f"--variant takes LABEL=JSON, got {spec!r}")
-        out.append((f"gagpo {label}", parse_json_kwargs(text, "--variant")))
+            fail(f"--variant takes [ESTIMATOR:]LABEL=JSON, got {spec!r}")
+        if estimator not in ESTIMATORS:
+            fail(f"--variant {spec!r}: unknown estimator {estimator!r}; known: {', '.join(ESTIMATORS)}")
+        out.append((f"{estimator} {label}", estimator, parse_json_kwargs(text, "--variant")))
     return out
 
 
