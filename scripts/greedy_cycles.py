@@ -12,6 +12,8 @@ looping command in the prompt's own history (a policy could learn not to repeat 
 prompt (its steps look alike: aliasing, which only memory removes). Two more counts say what else goes wrong: the
 failures that took an object the task does not name (``take X ...`` with X's name nowhere in the task text), and the
 share of steps that lead back to a state the episode was already in (where the env gives ``info["state_key"]``).
+``--agreement-tasks N`` adds each model's teacher-forced agreement with the env's ``--expert`` per action kind, on the
+N tasks after the panel (``agents.warm_start.expert_agreement``): what RL did to the choices the expert makes.
 """
 
 from __future__ import annotations
@@ -149,6 +151,18 @@ def summary(name: str, episodes: list[dict], history_length: int) -> dict[str, A
     }  # fmt: skip
 
 
+def agreement_columns(agent: Any, n_tasks: int, offset: int, expert: str) -> dict[str, str]:
+    """Teacher-forced agreement with the expert, over all decisions and per action kind (most frequent first)."""
+    from agents.warm_start import expert_agreement
+
+    try:
+        result = expert_agreement(agent, n_tasks, offset, expert)
+    except ValueError as err:  # an expert kind the env does not have
+        fail(str(err))
+    kinds = [f"{k} {v:.2f} ({result['decisions'][k]})" for k, v in result["per_kind"].items()]
+    return {"agreement (all)": f"{result['all']:.2f}", "agreement per kind": ", ".join(kinds)}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", nargs="+", required=True, help="warm-start priors or saved agents' folders")
@@ -158,9 +172,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--offset", type=int, default=HELDOUT_OFFSET, help="the first task seed")
     parser.add_argument("--batch", type=int, default=20, help="envs played together")
     parser.add_argument("--out", default=None, help="also write the report (markdown) and episodes (.json) here")
+    parser.add_argument(
+        "--agreement-tasks", type=int, default=0, help="add the teacher-forced agreement with --expert on N more tasks"
+    )
+    parser.add_argument("--expert", default="search", help="the env's expert kind the agreement is measured with")
     args = parser.parse_args(argv)
-    if args.tasks < 1 or args.batch < 1:
-        fail("--tasks and --batch must be >= 1")
+    if args.tasks < 1 or args.batch < 1 or args.agreement_tasks < 0:
+        fail("--tasks and --batch must be >= 1, --agreement-tasks >= 0")
     import torch
 
     torch.set_num_threads(1)
@@ -171,6 +189,8 @@ def main(argv: list[str] | None = None) -> int:
         agent = load_agent(model, args.env, env_kwargs)
         episodes = play_greedy(agent, args.env, env_kwargs, seeds, args.batch)
         rows.append(summary(model, episodes, agent.config.history_length))
+        if args.agreement_tasks:
+            rows[-1].update(agreement_columns(agent, args.agreement_tasks, seeds[-1] + 1, args.expert))
         played[model] = episodes
     text = (
         f"# Greedy failures: {args.env} {env_kwargs}, tasks {seeds[0]}..{seeds[-1]}\n\n{markdown_table(rows)}\n\n"
@@ -181,6 +201,12 @@ def main(argv: list[str] | None = None) -> int:
         "back to a visited state: valid steps whose state key (the env's `info['state_key']`) the episode already "
         "had, over all steps played.\n"
     )
+    if args.agreement_tasks:
+        text += (
+            f"Agreement: teacher-forced, the {args.expert} expert playing tasks {seeds[-1] + 1}.."
+            f"{seeds[-1] + args.agreement_tasks}; each decision is the model's greedy choice at a state the expert "
+            "reached, with the prompt the model would see there (decisions per kind in brackets).\n"
+        )
     print(text)
     if args.out:
         atomic_write_text(Path(args.out), text)

@@ -617,9 +617,15 @@ def test_greedy_cycles_reports_a_prior_and_its_saved_agent_alike(tmp_path):
     out = tmp_path / "cycles.md"
     code, stdout, stderr = call(
         "greedy_cycles", "--model", prior, str(tmp_path / "agent"), "--env-kwargs", '{"size": "small"}',
-        "--tasks", "6", "--batch", "3", "--out", str(out),
+        "--tasks", "6", "--batch", "3", "--out", str(out), "--agreement-tasks", "2",
     )  # fmt: skip
     assert code == 0, stderr
+    report = out.read_text()
+    rows = [line for line in report.splitlines() if line.startswith("| ") and not line.startswith("| model |")]
+    agreement = [line.split(" | ")[-2:] for line in rows]
+    assert len(agreement) == 2 and agreement[0] == agreement[1]  # the saved agent agrees as its prior does
+    assert 0 <= float(agreement[0][0]) <= 1 and "go " in agreement[0][1]
+    assert "Agreement: teacher-forced, the search expert playing tasks 100006..100007" in report
     played = json.loads(out.with_suffix(".json").read_text())
     prior_episodes, agent_episodes = played[prior], played[str(tmp_path / "agent")]
     assert [e["task"] for e in prior_episodes] == list(range(100_000, 100_006))
