@@ -588,7 +588,7 @@ def _runs_for(
         variants.append((label, estimator, base))
     if args.backoff:
         variants.append((f"gagpo+backoff({','.join(args.backoff)})", "gagpo", {**base, "key_backoff": args.backoff}))
-    for label, estimator, extra in _parse_variants(args.variant):
+    for label, estimator, extra in parse_variants(args.variant):
         variants.append((label, estimator, {**base, **extra}))
     for lam in args.lam_sweep or []:
         if "gagpo" in args.estimators and abs(lam - default_lam) < 1e-12:
@@ -674,7 +674,7 @@ def merge_reports(args: argparse.Namespace, setups: dict[str, EnvSetup]) -> int:
     return 0
 
 
-def _parse_variants(specs: list[str]) -> list[tuple[str, str, dict[str, Any]]]:
+def parse_variants(specs: list[str]) -> list[tuple[str, str, dict[str, Any]]]:
     """(label, estimator, hyperparameters) of each ``[ESTIMATOR:]LABEL=JSON`` of --variant (GAGPO by default)."""
     out = []
     for spec in specs:

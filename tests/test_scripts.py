@@ -260,11 +260,11 @@ def test_bench_learning_bootstrap_ratio_is_the_ratio_of_means_with_an_interval()
     assert row["ratio"] == "gagpo / grpo" and row["panel: steps to bar"].startswith("0.75x [0.50, 1.00]")
     assert row["rollouts: steps to bar"] == "1.00x [1.00, 1.00]"  # a moving average of 3 reaches 0.8 nowhere
     # A GAGPO variant is compared with the same variant of a baseline when one ran, else with the plain baseline.
-    assert bench._parse_variants(['ex={"expert_members": 1}', 'grpo:ex={"expert_members": 1}']) == [
+    assert bench.parse_variants(['ex={"expert_members": 1}', 'grpo:ex={"expert_members": 1}']) == [
         ("gagpo ex", "gagpo", {"expert_members": 1}), ("grpo ex", "grpo", {"expert_members": 1})
     ]  # fmt: skip
     with pytest.raises(SystemExit):
-        bench._parse_variants(['sac:ex={"expert_members": 1}'])
+        bench.parse_variants(['sac:ex={"expert_members": 1}'])
     relabel = {"gagpo": "gagpo ex", "grpo": "grpo ex"}
     more = [{**r, "label": relabel[r["label"]]} for r in runs] + [{**runs[0], "label": "gigpo"}]
     assert [r["ratio"] for r in bench.ratio_table(more, bar=0.8)] == ["gagpo ex / gigpo", "gagpo ex / grpo ex"]
