@@ -399,11 +399,11 @@ def bootstrap_ratio(
     return float(a.mean() / b.mean()), float(np.quantile(ratios, tail)), float(np.quantile(ratios, 1 - tail))
 
 
-def _baseline(gagpo_label: str, baseline: str, labels: list[str]) -> str:
+def _baseline(gagpo_label: str, baseline: str, labels: list[str]) -> str | None:
     """The run a GAGPO label is compared with: the baseline's run of the same variant (``gagpo X`` against
-    ``gigpo X``) when there is one, else the plain baseline."""
+    ``gigpo X``) when there is one, else the plain baseline, else None (the baseline did not run)."""
     same = baseline + gagpo_label.removeprefix("gagpo")
-    return same if same in labels else baseline
+    return same if same in labels else baseline if baseline in labels else None
 
 
 def ratio_table(runs: list[dict[str, Any]], bar: float, train_bar: float = 0.8) -> list[dict[str, Any]]:
@@ -413,8 +413,8 @@ def ratio_table(runs: list[dict[str, Any]], bar: float, train_bar: float = 0.8) 
     """
     rows = []
     labels = list(dict.fromkeys(r["label"] for r in runs))
-    pairs = [(num, _baseline(num, den, labels)) for num in labels if num.startswith("gagpo")
-             for den in RATIO_BASELINES if _baseline(num, den, labels) in labels]  # fmt: skip
+    pairs = [(num, den) for num in labels if num.startswith("gagpo")
+             for den in (_baseline(num, b, labels) for b in RATIO_BASELINES) if den]  # fmt: skip
     for num, den in pairs:
         a = [r for r in runs if r["label"] == num]
         b = [r for r in runs if r["label"] == den]

@@ -184,13 +184,14 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     env_kwargs = parse_json_kwargs(args.env_kwargs)
     seeds = list(range(args.offset, args.offset + args.tasks))
+    agreement_offset = seeds[-1] + 1  # the tasks after the panel
     rows, played = [], {}
     for model in args.model:
         agent = load_agent(model, args.env, env_kwargs)
         episodes = play_greedy(agent, args.env, env_kwargs, seeds, args.batch)
         rows.append(summary(model, episodes, agent.config.history_length))
         if args.agreement_tasks:
-            rows[-1].update(agreement_columns(agent, args.agreement_tasks, seeds[-1] + 1, args.expert))
+            rows[-1].update(agreement_columns(agent, args.agreement_tasks, agreement_offset, args.expert))
         played[model] = episodes
     text = (
         f"# Greedy failures: {args.env} {env_kwargs}, tasks {seeds[0]}..{seeds[-1]}\n\n{markdown_table(rows)}\n\n"
@@ -203,9 +204,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     if args.agreement_tasks:
         text += (
-            f"Agreement: teacher-forced, the {args.expert} expert playing tasks {seeds[-1] + 1}.."
-            f"{seeds[-1] + args.agreement_tasks}; each decision is the model's greedy choice at a state the expert "
-            "reached, with the prompt the model would see there (decisions per kind in brackets).\n"
+            f"Agreement: teacher-forced, the {args.expert} expert playing tasks {agreement_offset}.."
+            f"{agreement_offset + args.agreement_tasks - 1}; each decision is the model's greedy choice at a state "
+            "the expert reached, with the prompt the model would see there (decisions per kind in brackets).\n"
         )
     print(text)
     if args.out:
