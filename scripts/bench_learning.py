@@ -150,6 +150,13 @@ ENVS["minihouse-full-e9"] = dataclasses.replace(
     note="full-size houses, a fresh house and task per group, the prior trained 9 epochs instead of 12",
     prior_path="results/priors/minihouse-full-search-e9",
 )
+# The same recipe stopped at 8 epochs (greedy 0.47): does RL's gain grow with the prior's distance below the plateau
+# that RL reaches from every prior of this shape (results/priors)?
+ENVS["minihouse-full-e8"] = dataclasses.replace(
+    ENVS["minihouse-full"],
+    note="full-size houses, a fresh house and task per group, the prior trained 8 epochs instead of 12",
+    prior_path="results/priors/minihouse-full-search-e8",
+)
 
 #: Budgets (an env setup may scale them). ``quick`` is sized for about 15 minutes per env (5 estimators x 3 seeds)
 #: on a shared 2-core CPU.
