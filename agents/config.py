@@ -136,7 +136,7 @@ class GAGPOConfig:
         default="oracle",
         metadata={
             "help": "the expert the expert members play: oracle (the env's expert_action()) or a kind the env "
-            "lists in EXPERTS (MiniHouse: search)"
+            "lists in EXPERTS (MiniHouse: search, sweep)"
         },
     )
     # --- optimisation

@@ -61,7 +61,8 @@ def noisy_expert_transcripts(
 
     ``expert``: ``"oracle"``, the env's ``expert_action()``; another kind is asked for by name
     (``expert_action(kind)``) from envs that list it in their ``EXPERTS`` (MiniHouse: ``"search"``, an expert that
-    knows only what the transcript shows). ``progress(1)`` is called after each episode.
+    knows only what the transcript shows, and ``"sweep"``, one that remembers no place). ``progress(1)`` is called
+    after each episode.
     """
     env = agent.env_spec.make(text_wrapping(agent.config))
     pool = agent.config.task_pool or 2**31 - 1

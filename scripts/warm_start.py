@@ -38,8 +38,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--episodes", type=int, default=400, help="noisy-expert episodes on training tasks")
     parser.add_argument("--epsilon", type=float, default=0.3, help="probability of a random admissible action")
     parser.add_argument(
-        "--expert", choices=("oracle", "search"), default="oracle",
-        help="whose transcripts: the env's expert, or (MiniHouse) one that searches, knowing only what it has seen",
+        "--expert", choices=("oracle", "search", "sweep"), default="oracle",
+        help="whose transcripts: the env's expert, or (MiniHouse) one that searches, knowing only what it has seen, "
+        "or one that searches in a fixed cyclic order, remembering no place",
     )  # fmt: skip
     parser.add_argument("--epochs", type=int, default=10, help="passes over the transcripts")
     parser.add_argument("--learning-rate", type=float, default=1e-3, help="AdamW learning rate of the warm start")

@@ -12,7 +12,7 @@ from typing import Any
 
 from gagpo_gym.core import TextEnv, normalize_command
 from gagpo_gym.envs.minihouse import vocab
-from gagpo_gym.envs.minihouse.house import House, HouseConfig, SearchingExpert, generate
+from gagpo_gym.envs.minihouse.house import House, HouseConfig, SearchingExpert, SweepingExpert, generate
 
 #: ``door_weight`` of full-size houses: ALFWorld's valid_seen games start 12% of their goal objects behind a door,
 #: uniform placement here started 34% there, this weight 12% (scripts/minihouse_fidelity.py, 500 houses).
@@ -65,13 +65,15 @@ class MiniHouseEnv(TextEnv):
     ``reset(seed=s)`` builds task ``s`` (the same on every machine); ``task_id`` is ``"minihouse/<size>/<s>"``
     (``<size>-<hash>`` when the preset was overridden).
 
-    Two experts (:meth:`expert_action`): ``"oracle"`` (default) reads the true state and never explores;
+    Three experts (:meth:`expert_action`): ``"oracle"`` (default) reads the true state and never explores;
     ``"search"`` (:class:`~gagpo_gym.envs.minihouse.house.SearchingExpert`) knows only what the transcript showed
-    and searches, as a person playing the game would.
+    and searches, as a person playing the game would; ``"sweep"``
+    (:class:`~gagpo_gym.envs.minihouse.house.SweepingExpert`) searches in a fixed cyclic order and remembers no
+    place, so its next command follows from what the current observation shows.
     """
 
     #: The kinds of :meth:`expert_action`.
-    EXPERTS = ("oracle", "search")
+    EXPERTS = ("oracle", "search", "sweep")
 
     def __init__(
         self,
@@ -120,6 +122,7 @@ class MiniHouseEnv(TextEnv):
         self.size_label = size if self.config == default else f"{size}-{digest}"
         self.house: House | None = None
         self.searcher: SearchingExpert | None = None
+        self.sweeper: SweepingExpert | None = None
         self._cache: dict[str, tuple[list[str], dict[str, tuple]]] = {}
         self._cache_task = ""
 
@@ -130,6 +133,7 @@ class MiniHouseEnv(TextEnv):
         task_id = f"minihouse/{self.size_label}/{seed}"
         self.house = generate(seed, self.config, task_id)
         self.searcher = SearchingExpert(self.house)  # its memory of the transcript starts afresh
+        self.sweeper = SweepingExpert(self.house)
         self.task, self.task_id, self.task_type = self.house.task, task_id, self.house.task_type
         self.won = False
         if task_id != self._cache_task:  # the admissible lists of a task stay valid across its episodes
@@ -141,6 +145,7 @@ class MiniHouseEnv(TextEnv):
         op = self._commands()[1][command]
         text = house.execute(op)
         self.searcher.observe(op)
+        self.sweeper.observe(op)
         self.won = house.won
         return text, float(house.won), house.won
 
@@ -159,12 +164,14 @@ class MiniHouseEnv(TextEnv):
     def expert_action(self, kind: str | None = None) -> str:
         """The next command of an expert: ``"oracle"`` reads the true state and never explores; ``"search"`` knows
         only what the transcript showed (the intro's receptacles, the contents of those it looked into) and
-        searches the places where the goal object can be. ``None``: the oracle."""
+        searches the places where the goal object can be; ``"sweep"`` searches them in a fixed cyclic order,
+        remembering no place. ``None``: the oracle."""
         kind = self._expert_kind(kind)
         house = self._require_house()
         if kind == "oracle":
             return house.expert_command(self._commands()[1])
-        return self.searcher.command(self._commands()[1])
+        expert = self.searcher if kind == "search" else self.sweeper
+        return expert.command(self._commands()[1])
 
     # ----- internals ------------------------------------------------------------------------------------
     def _commands(self) -> tuple[list[str], dict[str, tuple]]:
