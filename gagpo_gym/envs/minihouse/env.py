@@ -122,7 +122,6 @@ class MiniHouseEnv(TextEnv):
         self.size_label = size if self.config == default else f"{size}-{digest}"
         self.house: House | None = None
         self.searcher: SearchingExpert | None = None
-        self.sweeper: SweepingExpert | None = None
         self._cache: dict[str, tuple[list[str], dict[str, tuple]]] = {}
         self._cache_task = ""
 
@@ -133,7 +132,6 @@ class MiniHouseEnv(TextEnv):
         task_id = f"minihouse/{self.size_label}/{seed}"
         self.house = generate(seed, self.config, task_id)
         self.searcher = SearchingExpert(self.house)  # its memory of the transcript starts afresh
-        self.sweeper = SweepingExpert(self.house)
         self.task, self.task_id, self.task_type = self.house.task, task_id, self.house.task_type
         self.won = False
         if task_id != self._cache_task:  # the admissible lists of a task stay valid across its episodes
@@ -145,7 +143,6 @@ class MiniHouseEnv(TextEnv):
         op = self._commands()[1][command]
         text = house.execute(op)
         self.searcher.observe(op)
-        self.sweeper.observe(op)
         self.won = house.won
         return text, float(house.won), house.won
 
@@ -170,8 +167,9 @@ class MiniHouseEnv(TextEnv):
         house = self._require_house()
         if kind == "oracle":
             return house.expert_command(self._commands()[1])
-        expert = self.searcher if kind == "search" else self.sweeper
-        return expert.command(self._commands()[1])
+        if kind == "search":
+            return self.searcher.command(self._commands()[1])
+        return SweepingExpert(house, self.searcher.processed).command(self._commands()[1])
 
     # ----- internals ------------------------------------------------------------------------------------
     def _commands(self) -> tuple[list[str], dict[str, tuple]]:

@@ -594,6 +594,12 @@ class SearchingExpert:
             self.processed.add(op[1])
         elif verb is not None and op[0] == _UNDOES.get(verb):
             self.processed.discard(op[1])
+        self._look_here()
+
+    def _look_here(self) -> None:
+        """Remember what the receptacle the agent stands at shows: whether it has a door, and what lies in it if
+        it is open or has none."""
+        h = self.house
         r = h.agent
         if r == MIDDLE:
             return
@@ -705,19 +711,19 @@ class SearchingExpert:
 class SweepingExpert(SearchingExpert):
     """The searching expert without a memory of places, so that a policy shown a few steps of history can imitate it.
 
-    It forgets every receptacle but the one it stands at after each command: what it does next is a function of the
-    current observation, the task and the object its own command processed (which the last steps of history show).
+    It is built afresh for each command from the current observation alone (the receptacle the agent stands at),
+    the task and the objects the task's verb was applied to (which the last steps of history show): what it does
+    next is a function of these.
     It searches the receptacles that can hold the target in one cyclic order (the searcher's tiers, then the intro's
     numbering), going on from where it stands; every such receptacle comes within one cycle without remembering which
     were looked into. On held-out full houses (task seeds 100000..100199) it wins all 200 in 11.9 steps on average,
     against the searcher's 9.0.
     """
 
-    def observe(self, op: tuple) -> None:
-        super().observe(op)
-        here = self.house.agent
-        self.seen = {r: objects for r, objects in self.seen.items() if r == here}
-        self.openable = {r: door for r, door in self.openable.items() if r == here}
+    def __init__(self, house: House, processed: set[int]) -> None:
+        super().__init__(house)
+        self.processed = set(processed)
+        self._look_here()
 
     def _explore(self, ops: dict[str, tuple], tiers: dict[int, int]) -> str:
         """Look inside the receptacle here if it is shut, else go to the next one of ``tiers`` in the cyclic order."""
