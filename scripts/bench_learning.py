@@ -157,6 +157,13 @@ ENVS["minihouse-full-e8"] = dataclasses.replace(
     note="full-size houses, a fresh house and task per group, the prior trained 8 epochs instead of 12",
     prior_path="results/priors/minihouse-full-search-e8",
 )
+# The prior of the sweeping expert, which remembers no place (its next command follows from the current
+# observation): four steps of history show all it knows, so its prior agrees on "go", which RL never learned.
+ENVS["minihouse-full-sweep"] = dataclasses.replace(
+    ENVS["minihouse-full"],
+    note="full-size houses, a fresh house and task per group, the prior imitates the sweeping expert",
+    prior_path="results/priors/minihouse-full-sweep",
+)
 
 #: Budgets (an env setup may scale them). ``quick`` is sized for about 15 minutes per env (5 estimators x 3 seeds)
 #: on a shared 2-core CPU.
