@@ -311,8 +311,8 @@ def test_sweeping_expert_goes_round_the_places_in_one_cyclic_order():
             commands.append(env.expert_action("sweep"))
             assert commands[-1] in info["admissible_actions"]
             here = house.agent
-            searching = house.held == MIDDLE and not any(o in house.contents[here] for o in house.targets)
-            if searching and here in order and (not house.rec_openable[here] or house.opened[here]):
+            seen_inside = here in order and (not house.rec_openable[here] or house.opened[here])
+            if seen_inside and house.held == MIDDLE and not any(o in house.contents[here] for o in house.targets):
                 following = order[(order.index(here) + 1) % len(order)]
                 assert commands[-1] == "go to " + house.rec_name[following], (seed, commands)
                 cyclic += 1
