@@ -12,6 +12,8 @@ looping command in the prompt's own history (a policy could learn not to repeat 
 prompt (its steps look alike: aliasing, which only memory removes). Two more counts say what else goes wrong: the
 failures that took an object the task does not name (``take X ...`` with X's name nowhere in the task text), and the
 share of steps that lead back to a state the episode was already in (where the env gives ``info["state_key"]``).
+Where the env's ``house`` says how far its agent is towards a target (MiniHouse's ``House.target_stage``), the
+failures are also counted by where they stopped: the search, opening, taking, or after the take.
 ``--agreement-tasks N`` adds each model's teacher-forced agreement with the env's ``--expert`` per action kind, on the
 N tasks after the panel (``agents.warm_start.expert_agreement``): what RL did to the choices the expert makes.
 """
@@ -31,6 +33,9 @@ import numpy as np
 from common import atomic_write_text, fail, markdown_table, parse_json_kwargs
 
 from agents.prior import HELDOUT_OFFSET
+
+#: Where a failure stopped, by the highest ``target_stage`` its episode reached.
+STAGES = ("search", "open", "take", "after the take")
 
 
 def final_cycle(keys: Sequence[Hashable]) -> tuple[int, int] | None:
@@ -75,6 +80,7 @@ def play_greedy(agent: Any, env_id: str, env_kwargs: dict[str, Any], seeds: list
         confidence: list[list[float]] = [[] for _ in chunk]  # the greedy choice's probability at each step
         tasks = [str(info.get("task", "")) for info in infos]
         visited = [{info.get("state_key")} for info in infos]  # {None} where the env keys no state
+        stages = [target_stage(env) for env in envs]
         revisits = [0] * len(chunk)
         won, done = [False] * len(chunk), [False] * len(chunk)
         while not all(done):
@@ -103,6 +109,8 @@ def play_greedy(agent: Any, env_id: str, env_kwargs: dict[str, Any], seeds: list
                 key = infos[j].get("state_key")
                 revisits[j] += key is not None and key in visited[j] and infos[j].get("action_valid", True)
                 visited[j].add(key)
+                if stages[j] is not None:
+                    stages[j] = max(stages[j], target_stage(envs[j]))
                 if terminated or truncated:
                     done[j], won[j] = True, bool(infos[j].get("won", False))
         for env in envs:
@@ -112,10 +120,16 @@ def play_greedy(agent: Any, env_id: str, env_kwargs: dict[str, Any], seeds: list
             episodes.append({
                 "task": seed, "won": won[j], "length": len(keys[j]), "task_type": infos[j].get("task_type"),
                 "task_text": tasks[j], "revisits": revisits[j] if None not in visited[j] else None,
-                "cycle_start": cycle and cycle[0], "period": cycle and cycle[1],
+                "cycle_start": cycle and cycle[0], "period": cycle and cycle[1], "stage": stages[j],
                 "commands": commands[j], "confidence": [round(c, 4) for c in confidence[j]],
             })  # fmt: skip
     return episodes
+
+
+def target_stage(env: Any) -> int | None:
+    """The env's ``house.target_stage()`` (MiniHouse: 0 search, 1 open, 2 take, 3 after the take); None elsewhere."""
+    house = getattr(env.unwrapped, "house", None)
+    return house.target_stage() if hasattr(house, "target_stage") else None
 
 
 def took_unnamed(episode: dict) -> bool:
@@ -147,6 +161,10 @@ def summary(name: str, episodes: list[dict], history_length: int) -> dict[str, A
         "took an object the task does not name": sum(map(took_unnamed, failures)),
         "steps back to a visited state": (
             f"{sum(e['revisits'] for e in keyed) / sum(e['length'] for e in keyed):.2f}" if keyed else "-"
+        ),
+        "stopped at: search / open / take / after the take": (
+            " / ".join(str(sum(e["stage"] == k for e in failures)) for k in range(len(STAGES)))
+            if all(e.get("stage") is not None for e in failures) else "-"
         ),
     }  # fmt: skip
 
@@ -200,7 +218,10 @@ def main(argv: list[str] | None = None) -> int:
         "a period up to the history length keeps the repeated command in the prompt's own history. Took an object "
         "the task does not name: failures with a `take X ...` command whose X is nowhere in the task text. Steps "
         "back to a visited state: valid steps whose state key (the env's `info['state_key']`) the episode already "
-        "had, over all steps played.\n"
+        "had, over all steps played. Stopped at (where the env says how far its agent got towards a target, as "
+        "MiniHouse does): the failures that never stood where a target was (search), stood at a shut receptacle "
+        "holding one but never saw it (open), saw one but never held it (take), or held one and still failed (after "
+        "the take).\n"
     )
     if args.agreement_tasks:
         text += (

@@ -243,6 +243,32 @@ def test_searching_expert_wins_by_looking():
     assert search > oracle + 2  # it searches: measured 9.7 vs 5.8 steps
 
 
+def test_target_stage_says_how_far_the_agent_got_as_the_feedback_shows():
+    """0 until a target is at hand; 1 at a shut receptacle holding one (the feedback shows none); 2 where the
+    feedback lists one; 3 while one is held. Checked against the feedback text along the searching expert's play."""
+    env = MiniHouseEnv("full")
+    seen = collections.Counter()
+    for seed in range(30):
+        obs, info = env.reset(seed=seed)
+        house = env.house
+        names = {house.obj_name[o] for o in house.targets}
+        stages = [house.target_stage()]
+        while not info["won"]:
+            command = env.expert_action("search")
+            obs, _, _, _, info = env.step(command)
+            stage = house.target_stage()
+            listed = any(re.search(rf"\b{name}\b", obs) for name in names)
+            holding = house.held != MIDDLE and house.obj_name[house.held] in names
+            assert (stage == 3) == holding, (seed, command, stage)
+            if command.startswith(("go to ", "open ")) and not holding:
+                assert (stage == 2) == listed, (seed, command, obs, stage)
+                assert stage != 1 or "is closed" in obs
+            stages.append(stage)
+            seen[stage] += 1
+        assert stages[0] == 0 and max(stages) == 3  # every task type is won holding a target
+    assert set(seen) == {0, 1, 2, 3}  # every stage occurs along these 30 searches
+
+
 def hide_targets_elsewhere(house, rng) -> None:
     """Move every target to another receptacle where it could have started (the agent has seen inside none)."""
     for o in house.targets:

@@ -638,5 +638,10 @@ def test_greedy_cycles_reports_a_prior_and_its_saved_agent_alike(tmp_path):
             assert tail[e["period"] :] == tail[: len(tail) - e["period"]] and not e["won"]
             assert e["revisits"] >= 1  # round the loop the house is back in a state it was in
         assert e["task_text"] and 0 <= e["revisits"] <= e["length"]
+        assert e["stage"] in (0, 1, 2, 3) and (e["stage"] == 3 or not e["won"])  # a win held a target
+    failures = [e for e in prior_episodes if not e["won"]]
+    header = next(line for line in report.splitlines() if line.startswith("| model |")).split(" | ")
+    stopped = rows[0].split(" | ")[header.index("stopped at: search / open / take / after the take")]
+    assert [int(n) for n in stopped.split(" / ")] == [sum(e["stage"] == k for e in failures) for k in range(4)]
     assert "| model | tasks | greedy success |" in out.read_text() and stdout.startswith("# Greedy failures")
     assert "| took an object the task does not name | steps back to a visited state |" in out.read_text()

@@ -341,6 +341,17 @@ class House:
     def _count_in(self, r: int) -> int:
         return sum(1 for o in self.contents[r] if o in self.targets)
 
+    def target_stage(self) -> int:
+        """How far the agent is towards a target now: 3 holds one, 2 stands where one is in view, 1 stands at a
+        shut receptacle holding one, 0 none of these. An episode's highest stage says where a failure stopped:
+        the search (0), opening (1), taking (2), or what follows the take (3)."""
+        if self.held in self.targets:
+            return 3
+        r = self.agent
+        if r == MIDDLE or not any(o in self.targets for o in self.contents[r]):
+            return 0
+        return 2 if not self.rec_openable[r] or self.opened[r] else 1
+
     # ----- the oracle -------------------------------------------------------------------------------------
     def expert_command(self, ops: dict[str, tuple]) -> str:
         """A shortest-minded plan from the true state: put down what is in the way, fetch, process, deliver."""
