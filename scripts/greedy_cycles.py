@@ -138,6 +138,16 @@ def took_unnamed(episode: dict) -> bool:
     return any(c.split()[1] not in words for c in episode["commands"] if c.startswith("take ") and len(c.split()) > 1)
 
 
+def took_back(episode: dict) -> bool:
+    """Whether the episode took an object back from where its previous command had just moved it (``move X to R``
+    then ``take X from R``): a step undone, as in a pick2 loop that lifts the first target out of the goal again."""
+    pairs = zip(episode["commands"], episode["commands"][1:])
+    return any(
+        a.startswith("move ") and " to " in a and b == f"take {a[5:].split(' to ', 1)[0]} from {a.split(' to ', 1)[1]}"
+        for a, b in pairs
+    )
+
+
 def summary(name: str, episodes: list[dict], history_length: int) -> dict[str, Any]:
     """One report row: greedy success and how the failures end."""
     failures = [e for e in episodes if not e["won"]]
@@ -161,6 +171,10 @@ def summary(name: str, episodes: list[dict], history_length: int) -> dict[str, A
         "took an object the task does not name": sum(map(took_unnamed, failures)),
         "steps back to a visited state": (
             f"{sum(e['revisits'] for e in keyed) / sum(e['length'] for e in keyed):.2f}" if keyed else "-"
+        ),
+        "took back what it had just put down": sum(map(took_back, failures)),
+        "failures by task type": ", ".join(
+            f"{t} {n}" for t, n in collections.Counter(e["task_type"] for e in failures).most_common()
         ),
         "stopped at: search / open / take / after the take": (
             " / ".join(str(sum(e["stage"] == k for e in failures)) for k in range(len(STAGES)))
@@ -218,7 +232,8 @@ def main(argv: list[str] | None = None) -> int:
         "a period up to the history length keeps the repeated command in the prompt's own history. Took an object "
         "the task does not name: failures with a `take X ...` command whose X is nowhere in the task text. Steps "
         "back to a visited state: valid steps whose state key (the env's `info['state_key']`) the episode already "
-        "had, over all steps played. Stopped at (where the env says how far its agent got towards a target, as "
+        "had, over all steps played. Took back what it had just put down: failures with a `move X to R` followed by "
+        "`take X from R`. Stopped at (where the env says how far its agent got towards a target, as "
         "MiniHouse does): the failures that never stood where a target was (search), stood at a shut receptacle "
         "holding one but never saw it (open), saw one but never held it (take), or held one and still failed (after "
         "the take).\n"

@@ -609,6 +609,10 @@ def test_final_cycle_is_the_loop_an_episode_ends_in():
     episode = {"task_text": "put some statue on shelf.", "commands": ["go to shelf 1", "take statue 1 from shelf 1"]}
     assert not cycles.took_unnamed(episode)
     assert cycles.took_unnamed({**episode, "commands": ["take pencil 2 from desk 1", "take statue 1 from desk 1"]})
+    put_back = ["take statue 1 from desk 1", "go to shelf 1", "move statue 1 to shelf 1", "take statue 1 from shelf 1"]
+    assert cycles.took_back({**episode, "commands": put_back})
+    assert not cycles.took_back({**episode, "commands": put_back[:3] + ["take statue 1 from desk 1"]})
+    assert not cycles.took_back({**episode, "commands": put_back[:3] + ["go to desk 1", "take statue 1 from shelf 1"]})
 
 
 def test_greedy_cycles_reports_a_prior_and_its_saved_agent_alike(tmp_path):
