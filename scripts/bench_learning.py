@@ -164,6 +164,14 @@ ENVS["minihouse-full-sweep"] = dataclasses.replace(
     note="full-size houses, a fresh house and task per group, the prior imitates the sweeping expert",
     prior_path="results/priors/minihouse-full-sweep",
 )
+# The same recipe twice as wide (128): it imitates the sweep's "go" as closely and takes worse (take 0.50, greedy
+# 0.60): most of its failures stop at the take, the kind RL removed from every prior
+# (results/greedy_cycles_minihouse-full_stages.md).
+ENVS["minihouse-full-sweep-w128"] = dataclasses.replace(
+    ENVS["minihouse-full-sweep"],
+    note="full-size houses, a fresh house and task per group, the prior imitates the sweeping expert, 128 wide",
+    prior_path="results/priors/minihouse-full-sweep-w128",
+)
 
 #: Budgets (an env setup may scale them). ``quick`` is sized for about 15 minutes per env (5 estimators x 3 seeds)
 #: on a shared 2-core CPU.
