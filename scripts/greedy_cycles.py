@@ -176,7 +176,7 @@ def summary(name: str, episodes: list[dict], history_length: int) -> dict[str, A
         "failures by task type": ", ".join(
             f"{t} {n}" for t, n in collections.Counter(e["task_type"] for e in failures).most_common()
         ),
-        "stopped at: search / open / take / after the take": (
+        f"stopped at: {' / '.join(STAGES)}": (
             " / ".join(str(sum(e["stage"] == k for e in failures)) for k in range(len(STAGES)))
             if all(e.get("stage") is not None for e in failures) else "-"
         ),
