@@ -141,11 +141,11 @@ def took_unnamed(episode: dict) -> bool:
 def took_back(episode: dict) -> bool:
     """Whether the episode took an object back from where its previous command had just moved it (``move X to R``
     then ``take X from R``): a step undone, as in a pick2 loop that lifts the first target out of the goal again."""
-    pairs = zip(episode["commands"], episode["commands"][1:])
-    return any(
-        a.startswith("move ") and " to " in a and b == f"take {a[5:].split(' to ', 1)[0]} from {a.split(' to ', 1)[1]}"
-        for a, b in pairs
-    )
+    for a, b in zip(episode["commands"], episode["commands"][1:]):
+        moved, to, place = a.removeprefix("move ").partition(" to ")
+        if a.startswith("move ") and to and b == f"take {moved} from {place}":
+            return True
+    return False
 
 
 def summary(name: str, episodes: list[dict], history_length: int) -> dict[str, Any]:

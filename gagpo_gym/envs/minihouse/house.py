@@ -348,7 +348,7 @@ class House:
         if self.held in self.targets:
             return 3
         r = self.agent
-        if r == MIDDLE or not any(o in self.targets for o in self.contents[r]):
+        if r == MIDDLE or not self._count_in(r):
             return 0
         return 2 if not self.rec_openable[r] or self.opened[r] else 1
 
