@@ -184,7 +184,7 @@ class GenerateMode:
         for batch in budget_batches(sizes, p.token_budget):
             r, lp = p.backend.generate(
                 [prompts[i] for i in batch], max_new_tokens=p.max_new_tokens, temperature=p.temperature,
-                greedy=deterministic, seeds=[seeds[i] for i in batch],
+                greedy=deterministic, seeds=[seeds[i] for i in batch] if seeds else None,  # greedy: none needed
             )  # fmt: skip
             responses += r
             logps += lp

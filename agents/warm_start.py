@@ -5,8 +5,10 @@ warm start gives it a comparable starting point: it plays training tasks with th
 random admissible action with probability ``epsilon``, and trains the model to predict the expert's action at each
 step (also where the random one was played) after the exact prompt the agent will show it (same template, history,
 memory and admissible list). The result is a folder
-that ``GAGPOAgent(env, model=path)`` fine-tunes in choose mode with :data:`FINE_TUNE`'s settings; its ``prior.json``
-records how it was made and the prompt settings it was trained with.
+that ``GAGPOAgent(env, model=path)`` fine-tunes with :data:`FINE_TUNE`'s settings; its ``prior.json`` records how it
+was made, the prompt settings it was trained with and its action mode. A prior for choose mode learns to score the
+expert's command; one for generate mode learns to write it, as the tagged answer generate mode parses
+(:func:`wrappers.tagged_response`), and may start from a choose-mode prior (``model``) that already knows the commands.
 """
 
 from __future__ import annotations
@@ -25,11 +27,17 @@ from agents.callbacks import ProgressBar
 from agents.checkpoint import quiet_hub
 from agents.env_spec import text_wrapping
 from agents.gagpo import GAGPOAgent
-from agents.prior import FINE_TUNE, PRIOR_FILE, PROMPT_FIELDS
-from wrappers import CHOOSE
+from agents.policy import ChooseMode
+from agents.prior import FINE_TUNE, PRIOR_FILE, PROMPT_FIELDS, read_prior
+from wrappers import CHOOSE, GENERATE, check_action_mode, tagged_response
 
 #: Warm-start losses (:func:`supervised_epochs`).
 OBJECTIVES = ("tokens", "choice")
+
+
+def answer_format(action_mode: str) -> Callable[[str], str]:
+    """The text an agent in ``action_mode`` answers to play a command: the tagged answer in generate mode."""
+    return tagged_response if action_mode == GENERATE else str
 
 
 @dataclass
@@ -66,6 +74,7 @@ def noisy_expert_transcripts(
     after each episode.
     """
     env = agent.env_spec.make(text_wrapping(agent.config))
+    play = answer_format(agent.config.action_mode)  # the env's wrappers parse the agent's mode's answers
     pool = agent.config.task_pool or 2**31 - 1
     out = Transcript()
     try:
@@ -94,7 +103,7 @@ def noisy_expert_transcripts(
                 out.actions.append(label)
                 out.played.append(action)
                 out.admissible.append(admissible)
-                obs, _, terminated, truncated, info = env.step(action)
+                obs, _, terminated, truncated, info = env.step(play(action))
                 done = terminated or truncated
             out.episodes += 1
             out.lengths.append(len(out.actions) - start)
@@ -114,6 +123,7 @@ def expert_agreement(agent: Any, n_tasks: int, seed_offset: int, expert: str = "
     agent would be shown there (its wrappers: history, memory); a greedy panel's success compounds these.
     """
     env = agent.env_spec.make(text_wrapping(agent.config))
+    play = answer_format(agent.config.action_mode)
     ask = {} if expert == "oracle" else {"kind": expert}
     agree: dict[str, int] = {}
     total: dict[str, int] = {}
@@ -126,7 +136,7 @@ def expert_agreement(agent: Any, n_tasks: int, seed_offset: int, expert: str = "
                 kind = label.split(" ", 1)[0]
                 total[kind] = total.get(kind, 0) + 1
                 agree[kind] = agree.get(kind, 0) + (agent.predict(obs, info, deterministic=True)[0] == label)
-                obs, _, terminated, truncated, info = env.step(label)
+                obs, _, terminated, truncated, info = env.step(play(label))
                 done = terminated or truncated
     finally:
         env.close()
@@ -146,6 +156,7 @@ def supervised_epochs(
     batch_size: int,
     rng: np.random.Generator,
     objective: str = "tokens",
+    action_mode: str = CHOOSE,
     progress: Any = None,
 ) -> list[float]:
     """Train on the expert's actions given their prompts; returns the mean loss per epoch.
@@ -158,15 +169,24 @@ def supervised_epochs(
       actions' scores, ``choose_score`` as configured) at the expert's action: it trains exactly the choice the agent
       makes, where the token loss spends most of its signal on the words the candidates share ("go to").
 
+    ``action_mode`` :data:`GENERATE` trains the tokens of the tagged answer that plays the expert's action (the token
+    objective only: the choice loss is choose mode's policy).
+
     Both are computed by the policy's own packed forward. ``progress`` (an :class:`agents.callbacks.ProgressBar`)
     is advanced by the actions trained on and says the epoch and its running loss.
     """
     if objective not in OBJECTIVES:
         raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
-    chooser = policy.actions  # ChooseMode: the warm start builds its agent in choose mode
+    check_action_mode(action_mode)
+    if action_mode == GENERATE and objective != "tokens":
+        raise ValueError(f"generate mode trains the 'tokens' objective (the answer's text), got {objective!r}")
+    # Both losses are sequence log-probs of texts after their prompts: choose mode's packed scorer computes them in
+    # either mode (one candidate per prompt for the token loss).
+    chooser = policy.actions if isinstance(policy.actions, ChooseMode) else ChooseMode(policy, "sum")
+    respond = answer_format(action_mode)
     optimizer = torch.optim.AdamW([p for p in policy.core.parameters() if p.requires_grad], lr=learning_rate)
     if objective == "tokens":
-        candidates = [[policy.action_tokens(a)] for a in data.actions]
+        candidates = [[policy.action_tokens(respond(a))] for a in data.actions]
         expert = [0] * len(data.actions)
     else:
         candidates = [[policy.action_tokens(a) for a in cands] for cands in data.admissible]
@@ -205,6 +225,8 @@ def warm_start(
     env: str,
     out: str | Path,
     *,
+    model: str | Path = "tiny",
+    action_mode: str = CHOOSE,
     env_kwargs: dict[str, Any] | None = None,
     episodes: int = 400,
     epsilon: float = 0.3,
@@ -219,6 +241,10 @@ def warm_start(
     **config: Any,
 ) -> dict[str, Any]:
     """Train the tiny model on ``episodes`` noisy-expert episodes of training tasks and save it at ``out``.
+
+    ``model``: ``"tiny"`` (a fresh tiny model) or a prior's folder to go on from (its prompt settings and fine-tuning
+    additions carry over unless ``config`` sets others). ``action_mode``: the mode the prior is for (the prompt's
+    instruction and what is trained: :func:`supervised_epochs`); agents built on it act in that mode by default.
 
     ``expert``: whose transcripts (see :func:`noisy_expert_transcripts`): ``"oracle"`` (the env's expert) or, on
     MiniHouse, ``"search"`` (it searches for the objects instead of knowing where they are). ``objective``: the
@@ -235,10 +261,16 @@ def warm_start(
         raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
     if episodes < 1 or epochs < 1 or batch_size < 1:
         raise ValueError("episodes, epochs and batch_size must be >= 1")
+    check_action_mode(action_mode)
+    if action_mode == GENERATE and objective != "tokens":
+        raise ValueError(f"generate mode trains the 'tokens' objective (the answer's text), got {objective!r}")
+    parent = read_prior(model) if model != "tiny" else None
+    if model != "tiny" and parent is None:
+        raise ValueError(f"model must be 'tiny' or a warm-start prior's folder (with {PRIOR_FILE}), got {model!r}")
     started = time.perf_counter()
     # The choice objective trains the ranking that fine-tuning will use: FINE_TUNE's scoring unless told otherwise.
     config = {"choose_score": FINE_TUNE["choose_score"], **config}
-    agent = GAGPOAgent(env, "tiny", env_kwargs=env_kwargs, seed=seed, verbose=0, action_mode=CHOOSE, **config)
+    agent = GAGPOAgent(env, str(model), env_kwargs=env_kwargs, seed=seed, verbose=0, action_mode=action_mode, **config)
     rng = np.random.default_rng(seed)
     show = progress if progress is not None else (None if verbose else False)
     with ProgressBar(episodes, f"warm start: {expert} expert episodes", unit="episode", enabled=show) as bar:
@@ -247,10 +279,12 @@ def warm_start(
     with ProgressBar(epochs * len(data.actions), "warm start: epoch 1", unit="action", enabled=show) as bar:
         losses = supervised_epochs(
             agent.policy, data, epochs=epochs, learning_rate=learning_rate, batch_size=batch_size, rng=rng,
-            objective=objective, progress=bar,
+            objective=objective, action_mode=action_mode, progress=bar,
         )  # fmt: skip
     c = agent.config
     record = {
+        "model": str(model),
+        "action_mode": action_mode,
         "env_id": agent.env_id,
         "env_kwargs": agent.env_kwargs,
         "task_pool": c.task_pool,
@@ -267,7 +301,8 @@ def warm_start(
         "transcript_success": data.won / max(1, data.episodes),
         "losses": losses,
         "prompt": {k: getattr(c, k) for k in PROMPT_FIELDS},
-        "fine_tune": FINE_TUNE,
+        # A parent prior's additions (the committed full-house priors' episode term) stay; the mode is this one's.
+        "fine_tune": {**FINE_TUNE, **(parent or {}).get("fine_tune", {}), "action_mode": action_mode},
         "collect_s": collect_s,
         "train_s": time.perf_counter() - started - collect_s,
     }

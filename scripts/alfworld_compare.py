@@ -13,7 +13,9 @@ Every run starts from the same MiniHouse prior and trains on train-split games o
 them). Its result is its final checkpoint: no point of the curve is picked, nothing is selected on an evaluation
 split. Each final agent (and the prior, as the starting row) plays every valid_seen and valid_unseen game once, in
 three protocols: greedy and sampled in choose mode (the policy ranks the admissible commands), and greedy in generate
-mode (it writes the command; text that is no admissible command wastes the step, as in verl-agent).
+mode (it writes the command; text that is no admissible command wastes the step, as in verl-agent). A variant arm
+(``variant_arms``) changes more than the estimator: ``gagpo-generate`` trains in generate mode from a prior taught to
+write its commands, since choose-mode training leaves the tiny model unable to.
 
 A run's checkpoint goes to ``runs/alfworld/<arm>-seed<k>/checkpoint`` (ignored) after every iteration, so a stopped
 run continues where it was; the final agent (about 2 MB) goes to ``results/agents/alfworld-<arm>-seed<k>``, and
@@ -68,6 +70,24 @@ def run_name(arm: str, seed: int) -> str:
     return arm if arm == PRIOR_ARM else f"{arm}-seed{seed}"
 
 
+def arm_names(settings: dict[str, Any], include_extra: bool = True) -> list[str]:
+    """Every arm in the pre-registered order: the primary ones, the variant ones, then the extra ones."""
+    return [*settings["arms"], *settings.get("variant_arms", {}), *(settings["extra_arms"] if include_extra else [])]
+
+
+def arm_spec(settings: dict[str, Any], arm: str) -> dict[str, Any]:
+    """How an arm trains: its estimator, starting point, agent arguments and seeds. A primary or extra arm is an
+    estimator with the shared settings; a variant arm (``variant_arms``) names its own estimator, prior, seeds and
+    the agent arguments it changes."""
+    variant = settings.get("variant_arms", {}).get(arm, {})
+    return {
+        "estimator": variant.get("estimator", arm),
+        "prior": variant.get("prior", settings["prior"]),
+        "agent": {**settings["agent"], **variant.get("agent", {})},
+        "seeds": variant.get("seeds", settings["seeds"]),
+    }
+
+
 def final_agent(name: str) -> Path:
     """Where a run's final agent is kept: with the other committed agents (``results/agents/``)."""
     return ROOT / "results" / "agents" / f"alfworld-{name}"
@@ -117,9 +137,10 @@ def train(settings: dict[str, Any], arm: str, seed: int) -> Path:
         atomic_write_text(curve, "".join(json.dumps(row, sort_keys=True) + "\n" for row in kept))
         print(f"{name}: resumed at {agent.num_timesteps} env steps", flush=True)
     else:
+        spec = arm_spec(settings, arm)
         agent = GAGPOAgent(
-            settings["env_id"], model=str(ROOT / settings["prior"]), env_kwargs={"split": settings["train_split"]},
-            estimator=arm, seed=seed, verbose=0, **settings["agent"],
+            settings["env_id"], model=str(ROOT / spec["prior"]), env_kwargs={"split": settings["train_split"]},
+            estimator=spec["estimator"], seed=seed, verbose=0, **spec["agent"],
         )  # fmt: skip
         curve.unlink(missing_ok=True)
     agent.set_logger(Logger(folder=None, output_formats=[CurveWriter(curve)]))
@@ -183,21 +204,23 @@ def evaluate(settings: dict[str, Any], arm: str, seed: int, workers: int = 0) ->
 
 
 def pending(settings: dict[str, Any], include_extra: bool) -> list[tuple[str, str, int]]:
-    """(what, arm, seed) still to do, in the pre-registered order: seed by seed, arm by arm; the prior's row first."""
-    arms = list(settings["arms"]) + (list(settings["extra_arms"]) if include_extra else [])
+    """(what, arm, seed) still to do, in the pre-registered order: the prior's row first, then the primary arms seed
+    by seed, arm by arm; then the same for the variant arms, then for the extra ones (``include_extra``)."""
+    tiers = [settings["arms"], list(settings.get("variant_arms", {})), settings["extra_arms"] if include_extra else []]
     todo: list[tuple[str, str, int]] = []
     evals = OUT / "runs" / PRIOR_ARM / "eval.json"
     n_keys = len(settings["evaluation"]["protocols"]) * len(settings["evaluation"]["splits"])
     if not evals.is_file() or len(json.loads(evals.read_text())) < n_keys:
         todo.append(("evaluate", PRIOR_ARM, 0))
-    for seed in settings["seeds"]:
-        for arm in arms:
-            name = run_name(arm, seed)
-            if not (final_agent(name) / "agent.json").is_file():
-                todo.append(("train", arm, seed))
-            evals = OUT / "runs" / name / "eval.json"
-            if not evals.is_file() or len(json.loads(evals.read_text())) < n_keys:
-                todo.append(("evaluate", arm, seed))
+    for arms in tiers:
+        for seed in settings["seeds"]:
+            for arm in [a for a in arms if seed in arm_spec(settings, a)["seeds"]]:
+                name = run_name(arm, seed)
+                if not (final_agent(name) / "agent.json").is_file():
+                    todo.append(("train", arm, seed))
+                evals = OUT / "runs" / name / "eval.json"
+                if not evals.is_file() or len(json.loads(evals.read_text())) < n_keys:
+                    todo.append(("evaluate", arm, seed))
     return todo
 
 
@@ -229,8 +252,8 @@ def run_all(settings: dict[str, Any], jobs: int, include_extra: bool) -> None:
 def collect(settings: dict[str, Any]) -> dict[str, Any]:
     """Every run's curve, record and evaluations that exist, by run name; arms in the settings' order."""
     runs: dict[str, dict[str, Any]] = {}
-    for arm in (*settings["arms"], *settings["extra_arms"]):
-        for seed in settings["seeds"]:
+    for arm in arm_names(settings):
+        for seed in arm_spec(settings, arm)["seeds"]:
             folder = OUT / "runs" / run_name(arm, seed)
             if read_curve(folder / "curve.jsonl") or (folder / "eval.json").is_file():
                 runs[run_name(arm, seed)] = {
@@ -278,8 +301,7 @@ def type_table(settings: dict[str, Any], data: dict[str, Any], split: str, proto
     key = f"{split}/{protocol}"
     rows = []
     groups = [("prior", [data["prior"]])] + [
-        (arm, [r["eval"] for r in data["runs"].values() if r["arm"] == arm])
-        for arm in (*settings["arms"], *settings["extra_arms"])
+        (arm, [r["eval"] for r in data["runs"].values() if r["arm"] == arm]) for arm in arm_names(settings)
     ]
     for arm, evals in groups:
         evals = [ev[key] for ev in evals if ev and key in ev]
@@ -301,7 +323,8 @@ def type_table(settings: dict[str, Any], data: dict[str, Any], split: str, proto
 
 
 def comparison_table(settings: dict[str, Any], data: dict[str, Any]) -> list[dict[str, Any]]:
-    """GAGPO minus each other arm: final greedy success per split; and the ratio of env steps to the bar."""
+    """GAGPO minus each other arm: final greedy success per split; and the ratio of env steps to the bar. A variant
+    arm changes more than the estimator, so it is no term of these comparisons."""
     analysis = settings["analysis"]
     draws, level = analysis["bootstrap"], analysis["interval"]
     rows = []
@@ -378,12 +401,12 @@ def plot_curves(settings: dict[str, Any], data: dict[str, Any], path: Path) -> b
     if not runs:
         return False
     fig, ax = plt.subplots(figsize=(7, 4))
-    colours = dict(zip((*settings["arms"], *settings["extra_arms"]), plt.rcParams["axes.prop_cycle"].by_key()["color"]))
+    colours = dict(zip(arm_names(settings), plt.rcParams["axes.prop_cycle"].by_key()["color"]))
     for run in runs:
         steps = [c["step"] for c in run["curve"]]
         success = [c.get("rollout/success_rate", 0) for c in run["curve"]]
         ax.plot(steps, success, color=colours[run["arm"]], alpha=0.8,
-                label=run["arm"] if run["seed"] == settings["seeds"][0] else None)  # fmt: skip
+                label=run["arm"] if run["seed"] == arm_spec(settings, run["arm"])["seeds"][0] else None)  # fmt: skip
     ax.axhline(settings["analysis"]["bar"], color="grey", lw=0.8, ls="--")
     ax.set(xlabel="env steps", ylabel="training-game success (sampled)", ylim=(0, 1), title="ALFWorld train split")
     ax.legend()
@@ -446,22 +469,27 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("status", help="the settings and what is done")
     for command in ("train", "evaluate"):
         p = sub.add_parser(command)
-        p.add_argument("--arm", required=True, help="an estimator of the settings' arms, or 'prior' (evaluate)")
+        p.add_argument(
+            "--arm",
+            required=True,
+            help="an arm of the settings (an estimator or a variant arm's name), or 'prior' (evaluate)",
+        )
         p.add_argument("--seed", type=int, default=0)
         if command == "evaluate":
             p.add_argument("--workers", type=int, default=0, help="env worker processes (the same results)")
     p = sub.add_parser("all", help="every pending run and evaluation")
     p.add_argument("--jobs", type=int, default=2, help="processes at a time")
-    p.add_argument("--extra", action="store_true", help="also the extra arms (after the primary ones)")
+    p.add_argument("--extra", action="store_true", help="also the extra arms (after the primary and variant ones)")
     sub.add_parser("report", help="write results/alfworld/report.md from the runs")
     args = parser.parse_args(argv)
     settings = load_settings()
     if args.command in ("train", "evaluate"):
-        known = (*settings["arms"], *settings["extra_arms"], *((PRIOR_ARM,) if args.command == "evaluate" else ()))
+        known = (*arm_names(settings), *((PRIOR_ARM,) if args.command == "evaluate" else ()))
         if args.arm not in known:
             fail(f"--arm must be one of {known}, got {args.arm!r}")
-        if args.arm != PRIOR_ARM and args.seed not in settings["seeds"]:
-            fail(f"--seed must be one of {settings['seeds']}, got {args.seed}")
+        seeds = arm_spec(settings, args.arm)["seeds"]
+        if args.arm != PRIOR_ARM and args.seed not in seeds:
+            fail(f"--seed must be one of {seeds} for {args.arm}, got {args.seed}")
     if args.command == "status":
         print(json.dumps(settings, indent=1))
         for step in pending(settings, include_extra=True):

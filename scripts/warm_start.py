@@ -6,14 +6,18 @@
     python scripts/warm_start.py --env gagpo_gym/MiniHouse-v0 --env-kwargs '{"size": "full"}' --task-pool 0 \
         --expert search --objective choice --memory --history-length 1 --no-show-admissible --episodes 800 \
         --epsilon 0.2 --epochs 12 --batch-size 16 --out priors/minihouse-full-memory
+    python scripts/warm_start.py --env gagpo_gym/MiniHouse-v0 --env-kwargs '{"size": "full"}' --task-pool 0 \
+        --model results/agents/minihouse-full-search --action-mode generate --expert search --episodes 800 \
+        --epsilon 0.2 --epochs 2 --batch-size 16 --out priors/minihouse-full-search-generate
 
 Training tasks are seeds ``0 .. task_pool - 1`` (``--task-pool 0``: a fresh task every episode); the held-out
 panel is ``--heldout-tasks`` seeds from ``--heldout-offset`` on, never seen in training, and the teacher-forced
 agreement with the expert per action kind is measured on the ``--agreement-tasks`` held-out seeds after them. The
-folder written is what ``GAGPOAgent(env, model=<out>)`` and ``scripts/train.py --model <out>`` fine-tune (choose
-mode, the tiny model's learning rate, the prior's prompt settings). Progress bars (expert episodes, epochs with
-the running loss, the evaluation panels) go to stderr when it is a terminal (``--progress`` / ``--no-progress`` to
-force them on or off).
+folder written is what ``GAGPOAgent(env, model=<out>)`` and ``scripts/train.py --model <out>`` fine-tune (in the
+prior's action mode, with its fine-tuning and prompt settings). ``--model`` goes on from a prior: the last example
+teaches the committed full-house prior, which ranks commands, to write them as generate mode's tagged answer.
+Progress bars (expert episodes, epochs with the running loss, the evaluation panels) go to stderr when it is a
+terminal (``--progress`` / ``--no-progress`` to force them on or off).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from pathlib import Path
 from agents.cli import check_env_kwargs, fail, parse_json_kwargs, resolve_env_id
 from agents.prior import HELDOUT_OFFSET, update_prior
 from agents.reporting import markdown_table
+from wrappers import ACTION_MODES, CHOOSE
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -38,6 +43,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--env", required=True, help="registered env id with an expert, e.g. gagpo_gym/Maze-v0")
     parser.add_argument("--env-kwargs", default=None, help="env constructor arguments as JSON")
     parser.add_argument("--out", default=str(ROOT / "priors" / "prior"), help="folder for the warm-started model")
+    parser.add_argument(
+        "--model", default="tiny",
+        help="'tiny' (a fresh tiny model) or a prior's folder to go on from (its prompt settings are the defaults)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--action-mode", choices=ACTION_MODES, default=CHOOSE,
+        help="what the prior learns: to score the expert's command (choose) or to write it as the tagged answer "
+        "(generate; the tokens objective)",
+    )  # fmt: skip
     parser.add_argument("--episodes", type=int, default=400, help="noisy-expert episodes on training tasks")
     parser.add_argument("--epsilon", type=float, default=0.3, help="probability of a random admissible action")
     parser.add_argument(
@@ -53,13 +67,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--objective", choices=("tokens", "choice"), default="tokens", help="warm-start loss")
     parser.add_argument(
-        "--show-admissible", action=argparse.BooleanOptionalAction, default=True,
-        help="list the admissible actions in the prompt",
+        "--show-admissible", action=argparse.BooleanOptionalAction, default=None,
+        help="list the admissible actions in the prompt (unset: the --model prior's setting, else on)",
     )  # fmt: skip
-    parser.add_argument("--history-length", type=int, default=0, help="recent steps shown in the prompt")
     parser.add_argument(
-        "--memory", action="store_true", help="the prompt carries the episode's memory of places seen (wrappers.memory)"
-    )
+        "--history-length", type=int, default=None,
+        help="recent steps shown in the prompt (unset: the --model prior's setting, else 0)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--memory", action=argparse.BooleanOptionalAction, default=None,
+        help="the prompt carries the episode's memory of places seen (wrappers.memory; unset: the --model prior's "
+        "setting, else off)",
+    )  # fmt: skip
     parser.add_argument("--tiny-hidden-size", type=int, default=64, help="width of the tiny model")
     parser.add_argument("--tiny-layers", type=int, default=2, help="decoder layers of the tiny model")
     parser.add_argument("--seed", type=int, default=0, help="model initialisation, task draws and noise")
@@ -94,14 +113,19 @@ def main(argv: list[str] | None = None) -> int:
     from agents.gagpo import GAGPOAgent
     from agents.warm_start import expert_agreement, warm_start
 
+    # The prompt settings given; the rest come from the --model prior, or for a fresh tiny model these defaults.
+    prompt = {"show_admissible": args.show_admissible, "history_length": args.history_length, "memory": args.memory}
+    fresh = {"show_admissible": True, "history_length": 0, "memory": False}
+    if args.model == "tiny":
+        prompt = {k: fresh[k] if v is None else v for k, v in prompt.items()}
+        prompt.update(tiny_hidden_size=args.tiny_hidden_size, tiny_layers=args.tiny_layers)
     try:
         warm_start(
-            env_id, args.out, env_kwargs=env_kwargs, episodes=args.episodes, epsilon=args.epsilon,
-            epochs=args.epochs, learning_rate=args.learning_rate, batch_size=args.batch_size, seed=args.seed,
-            expert=args.expert, objective=args.objective, show_admissible=args.show_admissible,
-            task_pool=args.task_pool, history_length=args.history_length, memory=args.memory,
-            tiny_hidden_size=args.tiny_hidden_size,
-            tiny_layers=args.tiny_layers, torch_threads=args.torch_threads, progress=getattr(args, "progress", None),
+            env_id, args.out, model=args.model, action_mode=args.action_mode, env_kwargs=env_kwargs,
+            episodes=args.episodes, epsilon=args.epsilon, epochs=args.epochs, learning_rate=args.learning_rate,
+            batch_size=args.batch_size, seed=args.seed, expert=args.expert, objective=args.objective,
+            task_pool=args.task_pool, torch_threads=args.torch_threads, progress=getattr(args, "progress", None),
+            **{k: v for k, v in prompt.items() if v is not None},
         )  # fmt: skip
     except ValueError as err:
         fail(str(err))

@@ -604,3 +604,6 @@ def test_generate_mode_samples_softmax_of_logits_over_temperature(temperature: f
     assert stat < chi_square_limit(df), stat
     untempered = torch.softmax(logits, -1).numpy()
     assert chi_square(counts, untempered)[0] > chi_square_limit(chi_square(counts, untempered)[1])
+    # Greedy needs no random stream: without seeds it plays the argmax (it once indexed the missing seeds).
+    greedy = policy.act([prompt] * 2, [[]] * 2, deterministic=True)
+    assert [r[0] for r in greedy.response_ids] == [int(logits.argmax())] * 2

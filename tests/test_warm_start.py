@@ -82,7 +82,11 @@ def test_an_agent_on_the_prior_takes_its_fine_tuning_and_prompt_settings(prior):
     assert read_prior(out)["env_id"] == MAZE and read_prior("tiny") is None
     agent = GAGPOAgent(MAZE, str(out), env_kwargs=TINY_MAZE, verbose=0, seed=0, num_groups=2, group_size=2)
     c = agent.config
-    assert agent.tiny and c.action_mode == "choose" and read_prior(out)["fine_tune"] == FINE_TUNE
+    assert (
+        agent.tiny
+        and c.action_mode == "choose"
+        and read_prior(out)["fine_tune"] == {**FINE_TUNE, "action_mode": "choose"}
+    )
     assert (c.choose_score, c.learning_rate, c.n_epochs) == ("sum", FINE_TUNE["learning_rate"], FINE_TUNE["n_epochs"])
     assert c.history_length == 1  # from prior.json, not the config default
     told = GAGPOAgent(MAZE, str(out), env_kwargs=TINY_MAZE, verbose=0, history_length=0, choose_score="mean").config
@@ -104,6 +108,35 @@ def test_transcripts_of_the_searching_expert():
     search = noisy_expert_transcripts(agent, 16, 0.0, np.random.default_rng(0), expert="search")
     assert oracle.won == search.won == 16 and search.expert_steps == len(search.actions)
     assert len(search.actions) > len(oracle.actions) + 16
+
+
+def test_a_generate_prior_goes_on_from_a_choose_prior_and_writes_tagged_answers(prior, tmp_path):
+    """The choose-mode prior writes bare commands, which generate mode cannot parse; a short token-loss warm start
+    from it, on transcripts played through generate mode's own wrappers, teaches it the tagged answer."""
+    parent, _ = prior
+    before = GAGPOAgent(MAZE, str(parent), env_kwargs=TINY_MAZE, verbose=0, seed=0, action_mode="generate",
+                        max_new_tokens=24, task_pool=16)  # fmt: skip
+    bare = before.evaluate(n_tasks=16)
+    out = tmp_path / "generate"
+    record = warm_start(
+        MAZE, out, model=parent, action_mode="generate", env_kwargs=TINY_MAZE, episodes=100, epsilon=0.2, epochs=12,
+        learning_rate=3e-3, batch_size=16, seed=0, verbose=0, torch_threads=1, task_pool=16,
+    )  # fmt: skip
+    # The expert's moves were played as tagged answers through the generate-mode wrappers: the episodes still won.
+    assert record["transcript_success"] > 0.6 and record["losses"][-1] < record["losses"][0]
+    assert record["model"] == str(parent) and record["action_mode"] == "generate"
+    assert record["fine_tune"]["action_mode"] == "generate" and record["prompt"]["history_length"] == 1  # the parent's
+    after = GAGPOAgent(MAZE, str(out), env_kwargs=TINY_MAZE, verbose=0, seed=0, max_new_tokens=24, task_pool=16)
+    assert after.config.action_mode == "generate"  # from its prior.json
+    tagged = after.evaluate(n_tasks=16)
+    assert bare["invalid_rate"] > 0.9 and tagged["invalid_rate"] < 0.3, (bare, tagged)
+    assert tagged["success_rate"] >= bare["success_rate"] + 0.3
+    with pytest.raises(ValueError, match="generate mode trains the 'tokens' objective"):
+        warm_start(MAZE, tmp_path / "x", action_mode="generate", objective="choice", env_kwargs=TINY_MAZE, verbose=0)
+    with pytest.raises(ValueError, match="a warm-start prior's folder"):
+        warm_start(MAZE, tmp_path / "x", model=tmp_path, env_kwargs=TINY_MAZE, verbose=0)
+    with pytest.raises(ValueError, match="action_mode must be one of"):
+        warm_start(MAZE, tmp_path / "x", action_mode="write", env_kwargs=TINY_MAZE, verbose=0)
 
 
 class _MazeWithoutExpert(MazeEnv):

@@ -12,6 +12,7 @@ from wrappers.prompt import (
     PromptTemplate,
     check_action_mode,
     prompt_template,
+    tagged_response,
 )
 from wrappers.text_wrappers import (
     EpisodeStatistics,
@@ -50,5 +51,6 @@ __all__ = [
     "parse_backoff_spec",
     "parse_key_spec",
     "prompt_template",
+    "tagged_response",
     "wrap_text_env",
 ]

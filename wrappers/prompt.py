@@ -36,6 +36,14 @@ GENERATE_INSTRUCTION = (
     "Think briefly inside <think> </think>, then give exactly one admissible action inside <action> </action>."
 )
 CHOOSE_INSTRUCTION = "Reply with one admissible action."
+
+
+def tagged_response(command: str, thought: str = " ") -> str:
+    """A generate-mode answer that plays ``command``: what GENERATE_INSTRUCTION asks for, and what a warm start in
+    generate mode trains (an empty thought: the tiny model has no reasoning to imitate)."""
+    return f"<think>{thought}</think> <action> {command} </action>"
+
+
 CUT_MARKER = "[... {n} characters cut ...]"
 
 
