@@ -405,7 +405,11 @@ def build_parser() -> tuple[argparse.ArgumentParser, list[str]]:
         "--merge", nargs="+", default=None, metavar="JSON",
         help="write one report from the runs of these runs.json files (same env and budget) instead of running",
     )  # fmt: skip
-    parser.add_argument("--tag", default="", help="suffix of the study folder's name (<env><tag>)")
+    parser.add_argument(
+        "--tag",
+        default="",
+        help="suffix of the study folder's name (<env><tag>; one starting with '-' is given as --tag=-name)",
+    )
     names = add_config_arguments(parser, skip=("estimator", "seed"))
     return parser, names
 
