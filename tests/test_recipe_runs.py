@@ -1,9 +1,10 @@
 """Every distinct ALFWorld recipe trains one iteration on CPU, scaled down by flags only: SmolLM2-135M-Instruct,
 1 task x 2 episodes of 2 steps on the real games in ../shared/alfworld (the settings: tests/test_recipes.py).
 
-Distinct: the GiGPO, GRPO and RLOO recipes are GAGPO's with another estimator and nothing else (asserted below), so
+Distinct: the GiGPO, GRPO and RLOO recipes are GAGPO's with another estimator and nothing else, and the rivals' (HGPO,
+GraphGPO, G2PO) differ beyond that only in their own settings and in values the CPU flags replace (asserted below), so
 GAGPO's run stands for their pipeline, and the estimators themselves are checked against references
-(tests/test_advantages.py); PPO (a critic) and LoRA (peft) take their own code paths and run."""
+(tests/test_advantages.py, tests/test_rivals.py); PPO (a critic) and LoRA (peft) take their own code paths and run."""
 
 from __future__ import annotations
 
@@ -25,10 +26,18 @@ def smollm2() -> Path:
 
 
 def test_the_estimator_recipes_differ_from_gagpos_in_the_estimator_alone():
+    """Once the CPU flags apply: a rival's recipe also sets its own ``<estimator>_*`` settings, and where its authors'
+    script differs from verl-agent's (iterations, prompt length) the value the flags replace."""
     gagpo, _ = load_recipe("alfworld-gagpo-qwen2.5-1.5b")
+    replaced = {flag[2:].replace("-", "_") for flag in CPU if flag.startswith("--")}
     for name in set(ALFWORLD) - set(RUNS):
         values, _ = load_recipe(name)
-        assert values["estimator"] != "gagpo" and {**values, "estimator": "gagpo"} == gagpo, name
+        estimator = values["estimator"]
+        differ = {key for key in {*values, *gagpo} if values.get(key) != gagpo.get(key)}
+        own = {key for key in values if key.startswith(f"{estimator}_")}
+        assert estimator != "gagpo" and differ - replaced - own == {"estimator"}, (name, differ)
+        if estimator in ("gigpo", "grpo", "rloo"):
+            assert {**values, "estimator": "gagpo"} == gagpo, name
 
 
 @pytest.mark.slow
