@@ -589,17 +589,28 @@ def test_credit_check_finds_the_zero_credit_of_a_failing_tail_no_winner_shared()
     plain, with_episode = (float(table["failing revisit rows"][f"mean A, episode_coef {c}"]) for c in ("0", "1"))
     assert with_episode < plain - 0.5  # the episode term pushes the loop down
     assert float(table["winning-episode rows"]["mean A, episode_coef 0"]) > 0
+    # --compare: on these rows GAGPO with its episode term gives every action GRPO's sign (only the step leaving s0
+    # and the loop's size differ), without it most rows get a sign of their own (0 on the loop, GRPO's -1 there).
+    agree = {(r["gagpo vs"], r["rows"]): r for r in credit.agreement_table(rows, ["gigpo", "grpo"], 1.0)}
+    assert (
+        agree[("grpo", "all rows")]["same sign"] == "1.00" and float(agree[("gigpo", "all rows")]["correlation"]) > 0.9
+    )
+    plain = {(r["gagpo vs"], r["rows"]): r for r in credit.agreement_table(rows, ["grpo"], 0.0)}
+    assert float(plain[("grpo", "failing rows")]["same sign"]) < 0.5
+    with pytest.raises(ValueError, match="--compare takes"):
+        credit.agreement_table(rows, ["ppo"], 1.0)
 
 
 def test_credit_check_reports_one_rollout_of_a_prior(tmp_path):
     result = run(
         "research/credit_check.py", "--model", str(ROOT / "results" / "agents" / "minihouse-full-search"),
         "--env-kwargs", '{"size": "small"}', "--groups", "1", "--group-size", "2", "--seeds", "0",
-        "--state-keys", "state", "--out", str(tmp_path / "credit.md"), timeout=300,
+        "--state-keys", "state", "--compare", "gigpo", "grpo", "--out", str(tmp_path / "credit.md"), timeout=300,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     report = (tmp_path / "credit.md").read_text()
     assert "seed 0, state_key 'state': 2 episodes" in report and "| winning-episode rows |" in report
+    assert "GAGPO (episode_coef 1) against the others on these rows:" in report and "| gigpo | all rows | " in report
 
 
 def test_final_cycle_is_the_loop_an_episode_ends_in():

@@ -8,6 +8,10 @@ update, and computes GAGPO's advantages on it, before normalisation and after, w
 (``episode_coef``), as ``agents.advantages`` does in training. The question it answers: does a failing episode's
 every action get pushed down, or only the step where it left the states a winner also visited? A failing tail that
 no winner shared has TD residuals of exactly 0 (``Vbar = R_t = 0`` along it), so its loops keep their probability.
+
+``--compare gigpo grpo`` adds how far GAGPO's advantages (as it trains: per-group normalised, with the episode term
+at ``--train-episode-coef``) are from another estimator's on the very same rows: if two estimators give each action
+nearly the same advantage, their updates are nearly the same and so are the policies they end at.
 """
 
 from __future__ import annotations
@@ -61,11 +65,7 @@ def credit_table(rows: list, coefs: list[float]) -> list[dict[str, Any]]:
     normalised advantage at each episode coefficient."""
     from agents.advantages import gagpo_advantages
 
-    arrays = (
-        np.array([r.reward for r in rows]), np.array([r.episode for r in rows]), np.array([r.group for r in rows]),
-        np.array([r.state_key for r in rows]), np.array([r.next_state_key for r in rows]),
-        np.array([r.terminated for r in rows]),
-    )  # fmt: skip
+    arrays = row_arrays(rows)
     raw = gagpo_advantages(*arrays, normalize="none")
     advantages = {coef: gagpo_advantages(*arrays, episode_coef=coef) for coef in coefs}
     episode, group = arrays[1], arrays[2]
@@ -93,6 +93,53 @@ def credit_table(rows: list, coefs: list[float]) -> list[dict[str, Any]]:
     return table
 
 
+def row_arrays(rows: list) -> tuple[np.ndarray, ...]:
+    """rewards, episodes, groups, state keys, next state keys, terminated: the estimators' flat layout."""
+    return (
+        np.array([r.reward for r in rows]), np.array([r.episode for r in rows]), np.array([r.group for r in rows]),
+        np.array([r.state_key for r in rows]), np.array([r.next_state_key for r in rows]),
+        np.array([r.terminated for r in rows]),
+    )  # fmt: skip
+
+
+def agreement_table(rows: list, others: list[str], episode_coef: float) -> list[dict[str, Any]]:
+    """GAGPO's advantage of each row against each other estimator's, over all rows, winning rows and failing rows:
+    Pearson correlation, the share with the same sign (rows where either is 0 count when both are), and the mean
+    absolute difference in units of GAGPO's standard deviation. The estimators run with the library's defaults."""
+    from agents import advantages as adv
+
+    rewards, episodes, groups, keys, next_keys, terminated = row_arrays(rows)
+    ours = adv.gagpo_advantages(rewards, episodes, groups, keys, next_keys, terminated, episode_coef=episode_coef)
+    theirs = {
+        "gigpo": lambda: adv.gigpo_advantages(rewards, episodes, groups, keys),
+        "grpo": lambda: adv.grpo_advantages(rewards, episodes, groups),
+        "rloo": lambda: adv.rloo_advantages(rewards, episodes, groups),
+    }
+    won = {r.episode for r in rows if r.won}
+    winning = np.array([e in won for e in episodes])
+    table = []
+    for other in others:
+        if other not in theirs:
+            raise ValueError(f"--compare takes {sorted(theirs)}, got {other!r}")
+        a = theirs[other]()
+        for name, mask in (
+            ("all rows", np.ones(len(rows), bool)),
+            ("winning rows", winning),
+            ("failing rows", ~winning),
+        ):
+            if mask.sum() < 2:
+                continue
+            x, y = ours[mask], a[mask]
+            both_spread = x.std() > 0 and y.std() > 0
+            table.append({
+                "gagpo vs": other, "rows": name, "n": int(mask.sum()),
+                "correlation": f"{np.corrcoef(x, y)[0, 1]:.3f}" if both_spread else "-",
+                "same sign": f"{np.mean(np.sign(np.round(x, 9)) == np.sign(np.round(y, 9))):.2f}",
+                "mean abs difference / std": f"{np.mean(np.abs(x - y)) / max(ours.std(), 1e-12):.3f}",
+            })  # fmt: skip
+    return table
+
+
 def legend(args: argparse.Namespace) -> str:
     """What the report's tables hold."""
     return (
@@ -114,6 +161,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
     parser.add_argument("--state-keys", nargs="+", default=["state", "observation"], help="GAGPO's state keys")
     parser.add_argument("--episode-coefs", nargs="+", type=float, default=[0.0, 1.0])
+    parser.add_argument(
+        "--compare", nargs="*", default=[], choices=["gigpo", "grpo", "rloo"],
+        help="also compare GAGPO's advantages on the same rows with these estimators'",
+    )  # fmt: skip
+    parser.add_argument(
+        "--train-episode-coef", type=float, default=1.0,
+        help="GAGPO's episode term in --compare (the full-house priors train with 1)",
+    )  # fmt: skip
     parser.add_argument("--out", default=None, help="also write the report (markdown) here")
     args = parser.parse_args(argv)
     if args.groups < 1 or args.group_size < 2:
@@ -130,6 +185,12 @@ def main(argv: list[str] | None = None) -> int:
                 + markdown_table(credit_table(rows, args.episode_coefs))
                 + "\n"
             )
+            if args.compare:
+                parts.append(
+                    f"GAGPO (episode_coef {args.train_episode_coef:g}) against the others on these rows:\n\n"
+                    + markdown_table(agreement_table(rows, args.compare, args.train_episode_coef))
+                    + "\n"
+                )
     text = "\n".join(parts)
     print(text)
     if args.out:
