@@ -289,6 +289,23 @@ def final_table(settings: dict[str, Any], data: dict[str, Any]) -> list[dict[str
     return rows
 
 
+def mean_table(settings: dict[str, Any], data: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per arm: final success per split and protocol, the mean over its evaluated seeds (the prior's own)."""
+    rows = []
+    for arm in (PRIOR_ARM, *arm_names(settings)):
+        evals = [data["prior"]] if arm == PRIOR_ARM else [r["eval"] for r in data["runs"].values() if r["arm"] == arm]
+        evals = [ev for ev in evals if ev]
+        if not evals:
+            continue
+        row: dict[str, Any] = {"arm": arm, "seed": "-" if arm == PRIOR_ARM else f"mean of {len(evals)}"}
+        for protocol in settings["evaluation"]["protocols"]:
+            for split in settings["evaluation"]["splits"]:
+                got = [ev[f"{split}/{protocol}"]["success_rate"] for ev in evals if f"{split}/{protocol}" in ev]
+                row[f"{split} {protocol}"] = pct(float(np.mean(got))) if len(got) == len(evals) else "-"
+        rows.append(row)
+    return rows
+
+
 def arm_values(data: dict[str, Any], arm: str, key: str) -> list[float]:
     """Final success of each finished run of ``arm`` on ``key`` (``split/protocol``), in seed order."""
     return [r["eval"][key]["success_rate"] for r in data["runs"].values() if r["arm"] == arm and key in r["eval"]]
@@ -420,6 +437,8 @@ def write_report(settings: dict[str, Any]) -> Path:
     """``results/alfworld/report.md``: every table of the pre-registered analysis that the finished runs allow."""
     data = collect(settings)
     done = [r for r in data["runs"].values() if r["record"]]
+    primary = [r for r in done if r["arm"] in settings["arms"]]
+    variants = [r for r in done if r["arm"] in settings.get("variant_arms", {})]
     lines = [
         "# GAGPO against its rivals on real ALFWorld (issue 49)",
         "",
@@ -427,10 +446,15 @@ def write_report(settings: dict[str, Any]) -> Path:
         "[preregistration.md](preregistration.md). Each run's result is its final checkpoint; every valid_seen and "
         "valid_unseen game played once. Regenerate with `python scripts/alfworld_compare.py report`.",
         "",
-        f"Finished runs: {len(done)} of {len(settings['arms']) * len(settings['seeds'])} primary "
-        f"({', '.join(sorted(r['arm'] + '-seed' + str(r['seed']) for r in done)) or 'none'}).",
+        f"Finished runs: {len(primary)} of {len(settings['arms']) * len(settings['seeds'])} primary "
+        f"({', '.join(sorted(run_name(r['arm'], r['seed']) for r in primary)) or 'none'}); variant arms: "
+        f"{', '.join(sorted(run_name(r['arm'], r['seed']) for r in variants)) or 'none'}.",
         "",
-        "## Final success (%), every game once",
+        "## Final success (%), mean over seeds",
+        "",
+        markdown_table(mean_table(settings, data)),
+        "",
+        "## Final success (%) of each run, every game once",
         "",
         markdown_table(final_table(settings, data)),
     ]

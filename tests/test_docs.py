@@ -312,4 +312,4 @@ def test_readme_result_tables_match_their_reports() -> None:
                 for _, their_header, their_rows in theirs
             ), f"README.md row {row} is not in {report}"
         checked += 1
-    assert checked == 2, f"expected the README's two result tables to link their reports, found {checked}"
+    assert checked == 3, f"expected the README's three result tables to link their reports, found {checked}"
