@@ -157,15 +157,22 @@ def same_tensors(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool
 def test_every_committed_agent_loads_from_a_copy_outside_the_repo_and_plays(
     saved: Path, tmp_path: Path, monkeypatch
 ) -> None:
-    if "ALFWorld" in (ROOT / saved / "agent.json").read_text() and not (ROOT.parent / "shared" / "alfworld").is_dir():
+    env_id = json.loads((ROOT / saved / "agent.json").read_text())["env_id"]
+    alfworld = "ALFWorld" in env_id
+    if alfworld and not (ROOT.parent / "shared" / "alfworld").is_dir():
         pytest.skip("../shared/alfworld is absent")
     copy = shutil.copytree(ROOT / saved, tmp_path / "elsewhere" / saved.name)
     monkeypatch.chdir(tmp_path)  # nothing of the repo is reachable by a relative path
-    agent = GAGPOAgent.load(copy, verbose=0)
+    # an ALFWorld agent's saved env plays the train split, unpacked only by `make alfworld-train`: play valid_seen
+    agent = GAGPOAgent.load(copy, env=env_id, verbose=0) if alfworld else GAGPOAgent.load(copy, verbose=0)
     weights = load_file(ROOT / saved / "model" / "model.safetensors")
     assert same_tensors({k: v for k, v in agent.policy.model.state_dict().items() if k in weights}, weights)
     played = agent.evaluate(n_tasks=1, episodes=True)["episodes"][0]
-    assert played["length"] > 0 and played["invalid"] == 0  # choose mode: every action admissible
+    assert played["length"] > 0
+    if agent.config.action_mode == "generate":  # free text: a malformed command is counted, never a crash
+        assert 0 <= played["invalid"] <= played["length"]
+    else:  # choose mode: every action picked from the admissible list
+        assert played["invalid"] == 0
 
 
 @pytest.fixture(scope="module")
