@@ -120,6 +120,17 @@ def make_env(
     return wrap_text_env(env, **wrap) if wrap is not None else env
 
 
+def check_step_limit(env_id: str, limit: int | None) -> None:
+    """Refuse an env whose episodes nothing bounds: a rollout waits for every episode to end, so one that never
+    does would hang training while its rows pile up in memory."""
+    if limit is None:
+        raise ValueError(
+            f"env {env_id} has no step limit, and a rollout waits for every episode to end: give "
+            "max_episode_steps (env_kwargs={'max_episode_steps': N}, gymnasium.make(id, max_episode_steps=N), "
+            "gymnasium.wrappers.TimeLimit(env, N) in your own factory, or register_text_env(..., max_episode_steps=N))"
+        )
+
+
 @dataclass(frozen=True)
 class EnvSpec:
     """What rebuilds the user's env in every sub-env, process and panel: its id, kwargs and extra wrappers."""
@@ -168,14 +179,8 @@ class EnvSpec:
         return gym.spec(registered_env_id(self.id)).max_episode_steps
 
     def check_step_limit(self) -> None:
-        """Refuse an env whose episodes nothing bounds: a rollout waits for every episode to end, so one that never
-        does would hang training while its rows pile up in memory."""
-        if self.step_limit() is None:
-            raise ValueError(
-                f"env {self.id} has no step limit, and a rollout waits for every episode to end: give "
-                "max_episode_steps (env_kwargs={'max_episode_steps': N}, gymnasium.make(id, max_episode_steps=N), "
-                "or register_text_env(..., max_episode_steps=N))"
-            )
+        """Refuse an env whose episodes nothing bounds (:func:`check_step_limit`)."""
+        check_step_limit(self.id, self.step_limit())
 
     def factory(self, wrap: dict[str, Any] | None = None) -> Callable[[], gym.Env]:
         """A picklable factory (async workers rebuild envs from it); ``wrap``: the text wrappers' settings."""

@@ -30,7 +30,7 @@ from agents.callbacks import default_logger, init_callback
 from agents.checkpoint import TEMPLATE_FILE, quiet_hub
 from agents.config import GAGPOConfig
 from agents.distributed import Distributed
-from agents.env_spec import EnvSpec, prompt_builder, text_wrapping
+from agents.env_spec import EnvSpec, check_step_limit, prompt_builder, text_wrapping
 from agents.evaluation import run_panel
 from agents.models import TINY_KINDS, Models, ModelSource, Restore, build_models
 from agents.policy import PolicyCore
@@ -148,6 +148,7 @@ class GAGPOAgent:
         number of groups over all ranks."""
         c = self.config
         if isinstance(env, GroupedVectorEnv):  # under a launch: this rank's own groups
+            check_step_limit(env.spec.id if env.spec is not None else "from your factory", env.step_limit)
             spec = EnvSpec(env.spec.id, dict(env_kwargs or {})) if env.spec is not None else None
             return spec, env, env.num_groups * self.dist.world_size
         if c.num_groups % self.dist.world_size:

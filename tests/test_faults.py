@@ -12,7 +12,7 @@ from typing import Any
 
 import gymnasium as gym
 import pytest
-from agent_helpers import call, script
+from agent_helpers import call, save_tiny_checkpoint, script
 
 from gagpo_gym.core import TextEnv
 
@@ -256,6 +256,44 @@ def test_an_env_without_a_step_limit_is_refused_with_the_way_out() -> None:
     assert GAGPOAgent(made, **small).env_spec.step_limit() == 4
     agent = GAGPOAgent("gagpo_gym/UnlimitedLake-v0", env_kwargs={"max_episode_steps": 3}, **small)
     assert agent.env_spec.step_limit() == 3
+
+
+def unbounded_lake():
+    from gagpo_gym.envs.toy_text import TextFrozenLake
+    from wrappers import wrap_text_env
+
+    return wrap_text_env(TextFrozenLake())
+
+
+def bounded_lake():  # a TimeLimit put on by hand: no spec records it
+    import gymnasium as gym
+
+    from gagpo_gym.envs.toy_text import TextFrozenLake
+    from wrappers import wrap_text_env
+
+    return wrap_text_env(gym.wrappers.TimeLimit(TextFrozenLake(), 5))
+
+
+def test_a_vector_env_from_the_users_own_factory_needs_a_step_limit_too(tmp_path: Path) -> None:
+    """Before: a GroupedVectorEnv built from the user's factory skipped the check and hung learn() the same way."""
+    from agents import GAGPOAgent
+    from wrappers import GroupedVectorEnv
+
+    small = {k: v for k, v in SMALL.items() if k not in ("env_kwargs", "num_groups", "group_size", "tiny_hidden_size")}
+    small["model"] = str(
+        save_tiny_checkpoint(tmp_path / "model", FROZEN, torch_threads=1, verbose=0)
+    )  # no spec: no env text to train a tokenizer on
+    unbounded = GroupedVectorEnv(unbounded_lake, 1, 2)
+    assert unbounded.step_limit is None
+    with pytest.raises(ValueError, match="from your factory has no step limit.*TimeLimit"):
+        GAGPOAgent(unbounded, num_groups=1, group_size=2, **small)
+    for mode in ("sync", "async"):
+        bounded = GroupedVectorEnv(bounded_lake, 1, 2, mode=mode)
+        assert bounded.step_limit == 5
+        agent = GAGPOAgent(bounded, num_groups=1, group_size=2, **small)
+        agent.learn(8)
+        assert agent.num_timesteps >= 8
+        bounded.close()
 
 
 # ----- 7. env workers end with their parent ----------------------------------------------------------------------

@@ -183,6 +183,18 @@ class _WorkerProcesses:
                 proc.terminate()
 
 
+def episode_step_limit(env: gym.Env) -> int | None:
+    """The step limit of a made env: its spec's, or that of a ``TimeLimit`` among its wrappers (a wrapper put on by
+    hand leaves no spec); None when nothing bounds its episodes."""
+    if env.spec is not None and env.spec.max_episode_steps is not None:
+        return int(env.spec.max_episode_steps)
+    while isinstance(env, gym.Wrapper):
+        if isinstance(env, gym.wrappers.TimeLimit):
+            return int(env._max_episode_steps)
+        env = env.env
+    return None
+
+
 class GroupedVectorEnv(VectorEnv):
     """``num_groups`` rollout groups of ``group_size`` members; every member of a group plays the same task.
 
@@ -232,6 +244,7 @@ class GroupedVectorEnv(VectorEnv):
                 probe.action_space,
             )
             self.spec = probe.spec
+            self.step_limit = episode_step_limit(probe)
         elif mode == "async":
             probe = fns[0]()
             self.single_observation_space, self.single_action_space = (
@@ -239,6 +252,7 @@ class GroupedVectorEnv(VectorEnv):
                 probe.action_space,
             )
             self.spec = probe.spec
+            self.step_limit = episode_step_limit(probe)
             probe.close()
             self.workers = _WorkerProcesses(fns, n_workers or min(self.num_envs, mp.cpu_count()), context)
         else:

@@ -43,6 +43,7 @@ THIRD_PARTY = {
     "_attn_implementation": "transformers PretrainedConfig",
     "_orig_mod": "torch.compile's OptimizedModule",
     "_cliff": "gymnasium CliffWalkingEnv",
+    "_max_episode_steps": "gymnasium TimeLimit",
     "_facts": "textworld PddlState",
     "_vars_by_name": "textworld PddlState",
     "_vars_by_type": "textworld PddlState",
