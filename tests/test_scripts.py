@@ -271,6 +271,8 @@ def test_bench_learning_bootstrap_ratio_is_the_ratio_of_means_with_an_interval()
     relabel = {"gagpo": "gagpo ex", "grpo": "grpo ex"}
     more = [{**r, "label": relabel[r["label"]]} for r in runs] + [{**runs[0], "label": "gigpo"}]
     assert [r["ratio"] for r in bench.ratio_table(more, bar=0.8)] == ["gagpo ex / gigpo", "gagpo ex / grpo ex"]
+    rivals = runs + [{**r, "label": label} for r in runs[2:] for label in ("g2po", "rloo")]  # every estimator that ran
+    assert [r["ratio"] for r in bench.ratio_table(rivals, bar=0.8)] == ["gagpo / grpo", "gagpo / rloo", "gagpo / g2po"]
 
 
 def test_bench_learning_runs_only_the_variants_when_no_estimator_is_named(tmp_path):

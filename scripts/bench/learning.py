@@ -52,8 +52,9 @@ PRIOR_SHAPING = (
     "tiny_hidden_size",
     "tiny_layers",
 )
-#: Baselines that every GAGPO run (plain, with back-off, each --variant) is compared with, with bootstrap intervals.
-RATIO_BASELINES = ("gigpo", "grpo")
+#: Baselines that every GAGPO run (plain, with back-off, each --variant) is compared with, with bootstrap intervals:
+#: every other estimator that ran, in ESTIMATORS' order.
+RATIO_BASELINES = tuple(e for e in ESTIMATORS if e != "gagpo")
 DIAGNOSTICS = {
     "advantage/iqr": "adv IQR",
     "advantage/share_abs_gt_1": "share abs(A)>1",
