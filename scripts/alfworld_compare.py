@@ -439,6 +439,7 @@ def write_report(settings: dict[str, Any]) -> Path:
     done = [r for r in data["runs"].values() if r["record"]]
     primary = [r for r in done if r["arm"] in settings["arms"]]
     variants = [r for r in done if r["arm"] in settings.get("variant_arms", {})]
+    extra = [r for r in done if r["arm"] in settings["extra_arms"]]
     lines = [
         "# GAGPO against its rivals on real ALFWorld (issue 49)",
         "",
@@ -448,7 +449,9 @@ def write_report(settings: dict[str, Any]) -> Path:
         "",
         f"Finished runs: {len(primary)} of {len(settings['arms']) * len(settings['seeds'])} primary "
         f"({', '.join(sorted(run_name(r['arm'], r['seed']) for r in primary)) or 'none'}); variant arms: "
-        f"{', '.join(sorted(run_name(r['arm'], r['seed']) for r in variants)) or 'none'}.",
+        f"{', '.join(sorted(run_name(r['arm'], r['seed']) for r in variants)) or 'none'}; extra arms: {len(extra)} of "
+        f"{len(settings['extra_arms']) * len(settings['seeds'])} "
+        f"({', '.join(sorted(run_name(r['arm'], r['seed']) for r in extra)) or 'none'}).",
         "",
         "## Final success (%), mean over seeds",
         "",
@@ -466,9 +469,11 @@ def write_report(settings: dict[str, Any]) -> Path:
     rows = [r for r in comparison_table(settings, data) if len(r) > 1]
     if rows:
         lines += ["", "## GAGPO against each arm (90% bootstrap intervals over seeds)", ""]
-        if any(len(arm_values(data, arm, f"{split}/greedy")) < len(settings["seeds"])
-               for arm in settings["arms"] for split in settings["evaluation"]["splits"]):  # fmt: skip
-            lines += ["**Interim**: some arms have fewer evaluated seeds than the pre-registered "
+        seeds = {arm: min(len(arm_values(data, arm, f"{split}/greedy")) for split in settings["evaluation"]["splits"])
+                 for arm in (*settings["arms"], *settings["extra_arms"])}  # fmt: skip
+        short = [arm for arm, n in seeds.items() if n < len(settings["seeds"]) and (n or arm in settings["arms"])]
+        if short:
+            lines += [f"**Interim** ({', '.join(short)}): fewer evaluated seeds than the pre-registered "
                       f"{len(settings['seeds'])}; a bootstrap over one or two seeds understates the uncertainty, and "
                       "these rows are not the pre-registered comparison.", ""]  # fmt: skip
         lines += [markdown_table(rows)]
