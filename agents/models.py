@@ -17,13 +17,17 @@ import copy
 import dataclasses
 import hashlib
 import json
+import os
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 import torch
-from huggingface_hub import snapshot_download
+from huggingface_hub import constants as hub_constants
+from huggingface_hub import snapshot_download, try_to_load_from_cache
 from safetensors.torch import load_model
 from torch import nn
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
@@ -65,6 +69,28 @@ def check_model_source(source: str) -> None:
     looks_local = source.startswith((".", "/", "~")) or source.count("/") > 1 or Path(path.parts[0]).is_dir()
     if looks_local and not path.exists():
         raise FileNotFoundError(f"model folder {source!r} does not exist")
+
+
+#: Where a proxy may resolve the hub's name for us: then a local lookup failing says nothing.
+PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")
+
+
+def check_hub_reachable(source: str) -> None:
+    """A hub id missing from the local cache must be downloaded: when the hub's name does not even resolve (no
+    network), say so at once, instead of huggingface_hub retrying for about a minute before the same failure."""
+    if Path(source).expanduser().exists() or os.environ.get("HF_HUB_OFFLINE"):
+        return  # a folder; or offline mode, where huggingface_hub fails at once by itself
+    cached = isinstance(try_to_load_from_cache(source, "config.json"), str)
+    if cached or any(os.environ.get(v) for v in PROXY_VARIABLES):
+        return
+    host = urlparse(hub_constants.ENDPOINT).hostname or "huggingface.co"
+    try:
+        socket.getaddrinfo(host, 443)
+    except OSError:
+        raise OSError(
+            f"model {source!r} is not in the local Hugging Face cache and {host} cannot be reached (its name does "
+            f"not resolve): download it where there is a network (hf download {source}) or pass a local folder"
+        ) from None
 
 
 def load_causal_lm(
@@ -251,6 +277,7 @@ def build_models(
         model = build_tiny_model(tokenizer, tiny_spec(c), seed=c.seed).to(home)
     else:
         check_model_source(source)
+        check_hub_reachable(source)
         tokenizer = load_tokenizer(source)
         if c.lora_r > 0:
             model = add_lora(load_causal_lm(source, precision.compute_dtype, home), c.lora_r, c.lora_alpha)

@@ -427,7 +427,7 @@ def dry_run(
     from agents.config import GAGPOConfig
     from agents.env_spec import make_env, prompt_builder, text_wrapping
     from agents.gagpo import GAGPOAgent
-    from agents.models import load_tokenizer
+    from agents.models import check_hub_reachable, load_tokenizer
     from agents.prior import read_prior
 
     try:
@@ -437,6 +437,7 @@ def dry_run(
             agent.env.close()
         else:
             config = GAGPOConfig(**overrides).resolved(tiny=False)
+            check_hub_reachable(args.model)
             prompts = prompt_builder(load_tokenizer(args.model), config)
         env = make_env(env_id, env_kwargs, text_wrapping(config))
     except (OSError, ValueError) as err:

@@ -376,6 +376,36 @@ def test_concurrent_saves_into_one_folder_take_turns(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b"]  # nothing left over
 
 
+# ----- 9. first contact ----------------------------------------------------------------------------------------
+HUB_ID = "Qwen/Qwen2.5-1.5B-Instruct"
+
+
+def test_a_hub_model_that_cannot_be_downloaded_is_named_at_once(tmp_path: Path, monkeypatch) -> None:
+    """Before: with no network, a dry run of a Qwen recipe (or an agent on a hub id) let huggingface_hub retry for
+    about a minute before failing; now a hub id missing from the cache whose host does not resolve is one line."""
+    import socket
+    import time
+
+    from agents import GAGPOAgent
+    from agents.models import PROXY_VARIABLES, check_hub_reachable
+
+    def no_name_resolution(*_: Any, **__: Any) -> None:
+        raise socket.gaierror(-2, "Name or service not known")
+
+    monkeypatch.setattr(socket, "getaddrinfo", no_name_resolution)
+    for variable in (*PROXY_VARIABLES, "HF_HUB_OFFLINE"):
+        monkeypatch.delenv(variable, raising=False)
+    start = time.monotonic()
+    code, _, err = call("train", "--env", FROZEN, "--model", HUB_ID, "--dry-run")
+    assert code and "cannot be reached" in err and f"hf download {HUB_ID}" in err and len(err.splitlines()) == 1
+    with pytest.raises(OSError, match="not in the local Hugging Face cache"):
+        GAGPOAgent(FROZEN, model=HUB_ID, **SMALL)
+    assert time.monotonic() - start < 30  # no retries
+    check_hub_reachable(str(save_tiny_checkpoint(tmp_path / "model", FROZEN, torch_threads=1, verbose=0)))  # a folder
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.invalid:3128")
+    check_hub_reachable(HUB_ID)  # a proxy resolves names itself: left to huggingface_hub
+
+
 # ----- 10. errors that say what went wrong ------------------------------------------------------------------------
 @pytest.mark.parametrize(
     "failure",
