@@ -148,8 +148,8 @@ class GAGPOAgent:
         number of groups over all ranks."""
         c = self.config
         if isinstance(env, GroupedVectorEnv):  # under a launch: this rank's own groups
-            check_step_limit(env.spec.id if env.spec is not None else "from your factory", env.step_limit)
             spec = EnvSpec(env.spec.id, dict(env_kwargs or {})) if env.spec is not None else None
+            check_step_limit(spec.id if spec is not None else "from your factory", env.step_limit)
             return spec, env, env.num_groups * self.dist.world_size
         if c.num_groups % self.dist.world_size:
             raise ValueError(

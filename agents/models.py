@@ -76,8 +76,10 @@ PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")
 
 
 def check_hub_reachable(source: str) -> None:
-    """A hub id missing from the local cache must be downloaded: when the hub's name does not even resolve (no
-    network), say so at once, instead of huggingface_hub retrying for about a minute before the same failure."""
+    """Before reading a pretrained source: a mistyped folder is named (:func:`check_model_source`), and a hub id
+    missing from the local cache, which must be downloaded, is refused at once when the hub's name does not even
+    resolve (no network), instead of huggingface_hub retrying for about a minute before the same failure."""
+    check_model_source(source)
     if Path(source).expanduser().exists() or os.environ.get("HF_HUB_OFFLINE"):
         return  # a folder; or offline mode, where huggingface_hub fails at once by itself
     cached = isinstance(try_to_load_from_cache(source, "config.json"), str)
@@ -276,7 +278,6 @@ def build_models(
         tokenizer = train_tokenizer(corpus(), c.tiny_vocab_size)
         model = build_tiny_model(tokenizer, tiny_spec(c), seed=c.seed).to(home)
     else:
-        check_model_source(source)
         check_hub_reachable(source)
         tokenizer = load_tokenizer(source)
         if c.lora_r > 0:

@@ -433,6 +433,10 @@ def plot_curves(settings: dict[str, Any], data: dict[str, Any], path: Path) -> b
     return True
 
 
+def run_names(runs: list[dict[str, Any]]) -> str:
+    return ", ".join(sorted(run_name(r["arm"], r["seed"]) for r in runs)) or "none"
+
+
 def write_report(settings: dict[str, Any]) -> Path:
     """``results/alfworld/report.md``: every table of the pre-registered analysis that the finished runs allow."""
     data = collect(settings)
@@ -448,10 +452,8 @@ def write_report(settings: dict[str, Any]) -> Path:
         "valid_unseen game played once. Regenerate with `python scripts/alfworld_compare.py report`.",
         "",
         f"Finished runs: {len(primary)} of {len(settings['arms']) * len(settings['seeds'])} primary "
-        f"({', '.join(sorted(run_name(r['arm'], r['seed']) for r in primary)) or 'none'}); variant arms: "
-        f"{', '.join(sorted(run_name(r['arm'], r['seed']) for r in variants)) or 'none'}; extra arms: {len(extra)} of "
-        f"{len(settings['extra_arms']) * len(settings['seeds'])} "
-        f"({', '.join(sorted(run_name(r['arm'], r['seed']) for r in extra)) or 'none'}).",
+        f"({run_names(primary)}); variant arms: {run_names(variants)}; extra arms: {len(extra)} of "
+        f"{len(settings['extra_arms']) * len(settings['seeds'])} ({run_names(extra)}).",
         "",
         "## Final success (%), mean over seeds",
         "",

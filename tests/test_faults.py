@@ -266,8 +266,6 @@ def unbounded_lake():
 
 
 def bounded_lake():  # a TimeLimit put on by hand: no spec records it
-    import gymnasium as gym
-
     from gagpo_gym.envs.toy_text import TextFrozenLake
     from wrappers import wrap_text_env
 

@@ -238,21 +238,10 @@ class GroupedVectorEnv(VectorEnv):
             raise ValueError(f"expected {self.num_envs} env factories (num_groups * group_size), got {len(fns)}")
         if mode == "sync":
             self.workers: _InProcess | _WorkerProcesses = _InProcess(fns)
-            probe = self.workers.envs[0]
-            self.single_observation_space, self.single_action_space = (
-                probe.observation_space,
-                probe.action_space,
-            )
-            self.spec = probe.spec
-            self.step_limit = episode_step_limit(probe)
+            self._describe(self.workers.envs[0])
         elif mode == "async":
             probe = fns[0]()
-            self.single_observation_space, self.single_action_space = (
-                probe.observation_space,
-                probe.action_space,
-            )
-            self.spec = probe.spec
-            self.step_limit = episode_step_limit(probe)
+            self._describe(probe)
             probe.close()
             self.workers = _WorkerProcesses(fns, n_workers or min(self.num_envs, mp.cpu_count()), context)
         else:
@@ -269,7 +258,14 @@ class GroupedVectorEnv(VectorEnv):
         self._next_episode = 0
         self._failed = False  # a sub-env raised (or its worker died) in the last reset or step
 
+    def _describe(self, probe: gym.Env) -> None:
+        """Spaces, spec and step limit of every sub-env, read from one of them."""
+        self.single_observation_space, self.single_action_space = probe.observation_space, probe.action_space
+        self.spec = probe.spec
+        self.step_limit = episode_step_limit(probe)
+
     # ----------------------------------------------------------------------------------------------------
+
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         """Start a new task in every group; returns (observations, vectorised infos)."""
         if seed is not None:
