@@ -9,7 +9,7 @@ update, and computes GAGPO's advantages on it, before normalisation and after, w
 every action get pushed down, or only the step where it left the states a winner also visited? A failing tail that
 no winner shared has TD residuals of exactly 0 (``Vbar = R_t = 0`` along it), so its loops keep their probability.
 
-``--compare gigpo grpo`` adds how far GAGPO's advantages (as it trains: per-group normalised, with the episode term
+``--compare gigpo grpo g2po`` adds how far GAGPO's advantages (as it trains: per-group normalised, with the episode term
 at ``--train-episode-coef``) are from another estimator's on the very same rows: if two estimators give each action
 nearly the same advantage, their updates are nearly the same and so are the policies they end at.
 """
@@ -37,7 +37,8 @@ KINDS = (
 
 
 def rollout_rows(model: str, env_id: str, env_kwargs: dict[str, Any], groups: int, size: int, seed: int, key: str):
-    """The rows of one rollout of ``model`` (before any update), in the estimators' layout."""
+    """The rows of one rollout of ``model`` (before any update), in the estimators' layout, and the policy's prompt
+    history."""
     import torch
     from stable_baselines3.common.callbacks import BaseCallback
 
@@ -57,7 +58,7 @@ def rollout_rows(model: str, env_id: str, env_kwargs: dict[str, Any], groups: in
 
     capture = Capture()
     agent.learn(1, callback=capture, max_iterations=1)
-    return sorted(capture.rows, key=lambda row: (row.group, row.episode))
+    return sorted(capture.rows, key=lambda row: (row.group, row.episode)), agent.config.history_length
 
 
 def credit_table(rows: list, coefs: list[float]) -> list[dict[str, Any]]:
@@ -102,18 +103,23 @@ def row_arrays(rows: list) -> tuple[np.ndarray, ...]:
     )  # fmt: skip
 
 
-def agreement_table(rows: list, others: list[str], episode_coef: float) -> list[dict[str, Any]]:
+def agreement_table(rows: list, others: list[str], episode_coef: float, history: int = 2) -> list[dict[str, Any]]:
     """GAGPO's advantage of each row against each other estimator's, over all rows, winning rows and failing rows:
     Pearson correlation, the share with the same sign (rows where either is 0 count when both are), and the mean
-    absolute difference in units of GAGPO's standard deviation. The estimators run with the library's defaults."""
+    absolute difference in units of GAGPO's standard deviation. The estimators run with the library's defaults,
+    HGPO with the policy's prompt history as its deepest level (as the agent trains it)."""
     from agents import advantages as adv
 
     rewards, episodes, groups, keys, next_keys, terminated = row_arrays(rows)
+    success = np.array([r.done and r.won for r in rows], dtype=bool)
     ours = adv.gagpo_advantages(rewards, episodes, groups, keys, next_keys, terminated, episode_coef=episode_coef)
     theirs = {
         "gigpo": lambda: adv.gigpo_advantages(rewards, episodes, groups, keys),
         "grpo": lambda: adv.grpo_advantages(rewards, episodes, groups),
         "rloo": lambda: adv.rloo_advantages(rewards, episodes, groups),
+        "hgpo": lambda: adv.hgpo_advantages(rewards, episodes, groups, keys, history=history),
+        "graphgpo": lambda: adv.graphgpo_advantages(rewards, episodes, groups, keys, next_keys, success),
+        "g2po": lambda: adv.g2po_advantages(rewards, episodes, groups, keys, success),
     }
     won = {r.episode for r in rows if r.won}
     winning = np.array([e in won for e in episodes])
@@ -162,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--state-keys", nargs="+", default=["state", "observation"], help="GAGPO's state keys")
     parser.add_argument("--episode-coefs", nargs="+", type=float, default=[0.0, 1.0])
     parser.add_argument(
-        "--compare", nargs="*", default=[], choices=["gigpo", "grpo", "rloo"],
+        "--compare", nargs="*", default=[], choices=["gigpo", "grpo", "rloo", "hgpo", "graphgpo", "g2po"],
         help="also compare GAGPO's advantages on the same rows with these estimators'",
     )  # fmt: skip
     parser.add_argument(
@@ -177,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     parts = [f"# Where GAGPO's credit goes: {args.env} {env_kwargs}, policy `{args.model}`\n", legend(args)]
     for seed in args.seeds:
         for key in args.state_keys:
-            rows = rollout_rows(args.model, args.env, env_kwargs, args.groups, args.group_size, seed, key)
+            rows, history = rollout_rows(args.model, args.env, env_kwargs, args.groups, args.group_size, seed, key)
             episodes = {r.episode for r in rows}
             wins = {r.episode for r in rows if r.won}
             parts.append(
@@ -188,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.compare:
                 parts.append(
                     f"GAGPO (episode_coef {args.train_episode_coef:g}) against the others on these rows:\n\n"
-                    + markdown_table(agreement_table(rows, args.compare, args.train_episode_coef))
+                    + markdown_table(agreement_table(rows, args.compare, args.train_episode_coef, history))
                     + "\n"
                 )
     text = "\n".join(parts)
