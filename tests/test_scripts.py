@@ -599,10 +599,11 @@ def test_credit_check_finds_the_zero_credit_of_a_failing_tail_no_winner_shared()
     )
     plain = {(r["gagpo vs"], r["rows"]): r for r in credit.agreement_table(rows, ["grpo"], 0.0)}
     assert float(plain[("grpo", "failing rows")]["same sign"]) < 0.5
-    # The 2026 rivals compare too: GraphGPO (the winner's step reaches the goal) and G2PO (state-group values) give
-    # every action GAGPO's sign here.
+    # The 2026 rivals compare too, fed the winner's success: G2PO's success node and GraphGPO's goal give every action
+    # GAGPO's sign and GraphGPO a correlation above 0.9 (with no success marked: G2PO's signs 0.86, GraphGPO's 0.85).
     rivals = {(r["gagpo vs"], r["rows"]): r for r in credit.agreement_table(rows, ["hgpo", "graphgpo", "g2po"], 1.0)}
     assert rivals[("graphgpo", "all rows")]["same sign"] == rivals[("g2po", "all rows")]["same sign"] == "1.00"
+    assert float(rivals[("graphgpo", "all rows")]["correlation"]) > 0.9
     assert rivals[("hgpo", "all rows")]["n"] == 7
     with pytest.raises(ValueError, match="--compare takes"):
         credit.agreement_table(rows, ["ppo"], 1.0)
