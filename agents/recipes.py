@@ -1,15 +1,17 @@
-"""Recipes: named sets of settings in ``configs/recipes/<name>.yaml`` (GAGPOConfig fields and run settings of
-``scripts/train.py``), each able to ``extends`` another, checked before any work starts."""
+"""Recipes: named sets of settings in ``agents/configs/recipes/<name>.yaml`` (GAGPOConfig fields and run settings
+of ``scripts/train.py``), each able to ``extends`` another, checked before any work starts."""
 
 from __future__ import annotations
 
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from agents.cli import fail
 
-#: The committed recipes (the repository's configs/recipes; the package is installed editable from it).
-RECIPES = Path(__file__).resolve().parents[1] / "configs" / "recipes"
+#: The shipped recipes: package data of ``agents`` (pyproject's package-data), found through the package itself so
+#: that a wheel installed anywhere reads the same files as an editable checkout.
+RECIPES = Path(str(resources.files("agents") / "configs" / "recipes"))
 #: Recipe keys that are run settings of scripts/train.py rather than GAGPOConfig fields.
 RECIPE_RUN_KEYS = (
     "env", "env_kwargs", "model", "iterations", "total_timesteps", "eval_tasks", "eval_freq", "eval_split",
@@ -18,11 +20,16 @@ RECIPE_RUN_KEYS = (
 
 
 def recipe_names() -> list[str]:
-    return sorted(path.stem for path in RECIPES.glob("*.yaml"))
+    """The shipped recipes' names; none found is an install without its package data, said in one line (an empty
+    list would read as "no recipes exist")."""
+    names = sorted(path.stem for path in RECIPES.glob("*.yaml"))
+    if not names:
+        fail(f"no recipes in {RECIPES}: this install of gagpo-gym lacks its package data (agents/configs/recipes)")
+    return names
 
 
 def load_recipe(name: str) -> tuple[dict[str, Any], dict[str, str]]:
-    """A recipe's values and the source of each (``configs/recipes/<name>.yaml``, or a path to a YAML file), its
+    """A recipe's values and the source of each (``agents/configs/recipes/<name>.yaml``, or a path to a YAML file), its
     ``extends`` chain resolved: a file's own values and sources replace those of the recipe it extends."""
     import dataclasses
 

@@ -1,4 +1,4 @@
-"""The learning benchmark's setups as data (configs/bench/*.yaml, agents.benchmark): every file loads, the loaded
+"""The learning benchmark's setups as data (agents/configs/bench/*.yaml, agents.benchmark): every file loads, the loaded
 settings are the ones the benchmark ran with when its setups were Python, and a bad file fails with one line that
 names it."""
 
@@ -13,6 +13,7 @@ from agent_helpers import script
 from agents.benchmark import PRESETS, SETUPS, EnvSetup, load_setup, load_setups, setup_names
 from agents.config import GAGPOConfig
 
+ROOT = Path(__file__).resolve().parents[1]
 FULL_CONFIG = {"num_groups": 4, "group_size": 4, "task_pool": 0, "n_epochs": 1, "learning_rate": 1e-4}
 
 
@@ -26,7 +27,7 @@ def test_every_setup_file_loads_with_known_hyperparameters_and_budgets():
         assert 0 < setup.bar <= 1 and 0 < setup.train_bar <= 1, name
         GAGPOConfig(**setup.config)  # each value of its field's type and range
         if setup.prior_path:  # a committed prior, in the repository
-            assert (SETUPS.parents[1] / setup.prior_path / "prior.json").is_file(), name
+            assert (ROOT / setup.prior_path / "prior.json").is_file(), name
 
 
 def test_the_loaded_setups_equal_the_former_python_registry():

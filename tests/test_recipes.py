@@ -1,4 +1,4 @@
-"""The paper's runs as recipes (configs/recipes): every recipe resolves to a valid config with a source for each
+"""The paper's runs as recipes (agents/configs/recipes): every recipe resolves to a valid config with a source for each
 value, flags override it, a dry run shows a real ALFWorld game's first prompt, and every ALFWorld recipe trains one
 iteration on CPU scaled down by flags only (tests/test_recipe_runs.py: a file of its own, so that xdist runs it
 beside this one)."""

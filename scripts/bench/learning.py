@@ -13,7 +13,7 @@ share, gradient norm), averaged over iterations and seeds. Outputs: one folder p
 row per evaluation), ``iterations.csv`` (one row per training iteration, from the agent's logger), ``runs.json``
 (everything) and ``curve.png`` (mean +- std curves).
 
-The named setups are ``configs/bench/<name>.yaml`` (:mod:`agents.benchmark`).
+The named setups are ``agents/configs/bench/<name>.yaml`` (:mod:`agents.benchmark`).
 """
 
 from __future__ import annotations
@@ -374,7 +374,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, list[str]]:
         "--paper", action="store_true", help=f"preset {PRESETS['paper']}: from each env's warm-start prior"
     )
     parser.add_argument(
-        "--envs", nargs="+", default=["maze"], help=f"named setups {setup_names()} (configs/bench) or env ids"
+        "--envs", nargs="+", default=["maze"], help=f"named setups {setup_names()} (agents/configs/bench) or env ids"
     )
     parser.add_argument("--env-kwargs", default=None, help="JSON merged into every env's constructor arguments")
     parser.add_argument(
@@ -559,7 +559,7 @@ def _with_prior() -> list[str]:
 
 
 def _named_setups() -> dict[str, EnvSetup]:
-    """configs/bench's setups, or exit with the one line naming the file that does not load."""
+    """agents/configs/bench's setups, or exit with the one line naming the file that does not load."""
     try:
         return load_setups()
     except ValueError as err:

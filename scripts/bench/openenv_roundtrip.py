@@ -3,7 +3,7 @@
     nice -n 10 python scripts/bench/openenv_roundtrip.py                  # results/openenv/report.md and report.json
     python scripts/bench/openenv_roundtrip.py --steps 600 --episodes 20 --out /tmp/openenv   # a quick look
 
-The env is the learning benchmark's ``minihouse`` setup (``configs/bench/minihouse.yaml``: small houses,
+The env is the learning benchmark's ``minihouse`` setup (``agents/configs/bench/minihouse.yaml``: small houses,
 pick-and-place, 20-step limit, a pool of 8 tasks, 4 groups x 8 episodes), served by ``python -m gagpo_gym.serve`` in
 a subprocess on loopback (``LocalServer``) and played back by ``gagpo_gym/OpenEnv-v0`` (OpenEnv's WebSocket
 client), against the same env made in-process.

@@ -108,7 +108,7 @@ def render() -> str:
         "",
         "## Learning studies (`learning/`)",
         "",
-        "Each made by `scripts/bench/learning.py` (setups: `configs/bench/`): report.md, runs.json, steps.csv,",
+        "Each made by `scripts/bench/learning.py` (setups: `agents/configs/bench/`): report.md, runs.json, steps.csv,",
         "iterations.csv, curve.png.",
         "",
     ]
