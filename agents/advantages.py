@@ -14,7 +14,8 @@ Data layout (length-N arrays):
     next_state_keys  int64 or str   key of the state reached after the action
     terminated       bool   True only on the final row of an episode that ended in a terminal state
     success          bool   True only on the final row of an episode that reached the goal (GraphGPO, G2PO)
-    penalties        float  the action penalty inside each step's reward (GraphGPO, G2PO; default 0)
+    penalties        float  the invalid-action penalty inside each step's reward (the rivals and GiGPO; default 0):
+                            given, it is charged as the published trainers charge it (see ``_trainer_scores``)
     backoff_keys     L arrays of int64 or str   coarser keys of the same state, finest first (key back-off)
 """
 
@@ -176,26 +177,30 @@ def gigpo_advantages(
     eps: float = 1e-6,
     std_norm: bool = True,
     episode_stats: Literal["episodes", "rows"] = "episodes",
+    penalties=None,
 ) -> np.ndarray:
-    """GiGPO: episode-level group advantage plus omega times a step-level (group, state) advantage."""
+    """GiGPO: episode-level group advantage plus omega times a step-level (group, state) advantage.
+
+    ``penalties`` (the invalid-action penalty inside each reward) are charged as verl-agent's trainer charges
+    them: each row's episode score and return-to-go are the penalty-free ones minus the row's own penalty.
+    """
     r, ep, grp = check_layout(rewards, episode_index, group_index, state_keys=state_keys)
     s = as_keys(state_keys, "state_keys")
     if episode_stats not in ("episodes", "rows"):
         raise ValueError(f"episode_stats must be 'episodes' or 'rows', got {episode_stats!r}")
+    pen = _penalties(penalties, r.size)
     if r.size == 0:
         return r
+    score, R = _trainer_scores(r, pen, ep, grp, gamma)
 
-    # Episode term: each episode's return against the other episodes of its group.
-    ep_return, ep_group, ep_id = _episode_returns(r, ep, grp)
+    # Episode term: each row's episode score against the other episodes of its group.
     if episode_stats == "episodes":
-        g_of_ep, _ = factorize(ep_group)
-        episode_term = set_standardize(ep_return, g_of_ep, eps, scale=std_norm)[ep_id]
-    else:  # verl-agent: statistics over rows, each row carrying its episode's return
+        episode_term = _episode_standardize(score, ep, grp, eps, scale=std_norm)
+    else:  # verl-agent: statistics over rows, each row carrying its own score
         g_of_row, _ = factorize(grp)
-        episode_term = set_standardize(ep_return[ep_id], g_of_row, eps, scale=std_norm)
+        episode_term = set_standardize(score, g_of_row, eps, scale=std_norm)
 
     # Step term: discounted return-to-go against the other rows of the same (group, state) set.
-    R = backward_scan(r, gamma, ep)
     set_id, _ = pair_ids(grp, s)
     step_term = set_standardize(R, set_id, eps, scale=std_norm)
     return episode_term + omega * step_term
@@ -274,6 +279,7 @@ def hgpo_advantages(
     alpha: float = 1.0,
     std_norm: bool = True,
     base_group: bool = False,
+    penalties=None,
     eps: float = 1e-6,
 ) -> np.ndarray:
     """HGPO (arXiv 2602.22817): group-relative returns in a hierarchy of history groups, weighted by depth.
@@ -283,22 +289,23 @@ def hgpo_advantages(
     against the set: ``a_k = (R - mean) / (std + eps)`` (std with ddof=0), or ``R - mean``. A row's advantage is
     the weighted mean of its non-zero ``a_k`` with weights ``(k + 1) ** alpha``, normalised by
     ``sum of weights + eps``; ``base_group`` adds the episode-level term as a level k = 0 (weight 1).
+    ``penalties`` are charged as GiGPO's are (the published trainer is verl-agent's).
     """
     r, ep, grp = check_layout(rewards, episode_index, group_index, state_keys=state_keys)
     s = as_keys(state_keys, "state_keys")
     _check_int("history", history, low=0)
     _check_real("alpha", alpha, low=0.0)
+    pen = _penalties(penalties, r.size)
     if r.size == 0:
         return r
-    R = backward_scan(r, gamma, ep)
+    score, R = _trainer_scores(r, pen, ep, grp, gamma)
     position = _positions(ep)
 
     weighted_sum = np.zeros_like(R)
     weight_total = np.zeros_like(R)
-    if base_group:  # level 0: the episode return against the group's rows (GiGPO's cross-step statistics)
-        ep_return, _, ep_id = _episode_returns(r, ep, grp)
+    if base_group:  # level 0: the episode score against the group's rows (GiGPO's cross-step statistics)
         gid, n_groups = factorize(grp)
-        a, keep = _group_relative(ep_return[ep_id], gid, n_groups, ddof=1, std_norm=std_norm, eps=eps)
+        a, keep = _group_relative(score, gid, n_groups, ddof=1, std_norm=std_norm, eps=eps)
         weighted_sum += np.where(keep, a, 0.0)
         weight_total += keep
 
@@ -342,7 +349,8 @@ def graphgpo_advantages(
     successful final rows. ``d(s)`` is the shortest number of transitions from s to the goal; a state with no
     path gets the group's largest finite distance + 1. Step return ``g_t = scale * graph_gamma ** d(s_{t+1})``
     (``progress``: ``** (d(s_{t+1}) - d(s_t) + 1)``) minus the step's penalty, standardised over the
-    (group, s_t) set as GiGPO's step term; plus ``episode_coef`` times the episode term over the group's rows.
+    (group, s_t) set as GiGPO's step term; plus ``episode_coef`` times the episode term over the group's rows,
+    on each row's episode score as verl-agent's trainer forms it (penalty-free return minus the row's penalty).
     """
     r, ep, grp = check_layout(
         rewards, episode_index, group_index, state_keys=state_keys, next_state_keys=next_state_keys, success=success
@@ -376,8 +384,8 @@ def graphgpo_advantages(
     exponent = d[target] - d[source] + 1.0 if progress else d[target]
     g = scale * graph_gamma**exponent - pen
     step_term = set_standardize(g, source, eps, scale=std_norm)
-    ep_return, _, ep_id = _episode_returns(r, ep, grp)
-    episode_term = set_standardize(ep_return[ep_id], gid, eps, scale=std_norm)
+    score, _ = _trainer_scores(r, pen, ep, grp, 1.0)
+    episode_term = set_standardize(score, gid, eps, scale=std_norm)
     return step_coef * step_term + episode_coef * episode_term
 
 
@@ -401,7 +409,8 @@ def g2po_advantages(
     terminal node: success (value: the mean return of the group's successful episodes) or failure (0).
     Advantage = the episode term over the group's rows + ``step_coef`` * (node term + edge term): the node
     term standardises ``V(next) - penalty`` within the (group, s_t) set, the edge term standardises the TD
-    error ``V(next) - V(s_t)`` over all the group's rows.
+    error ``V(next) - V(s_t)`` over all the group's rows. As in the published trainer, R(tau) is the
+    penalty-free return (``rewards + penalties``) and the episode term's score is R(tau) minus the row's penalty.
     """
     r, ep, grp = check_layout(rewards, episode_index, group_index, state_keys=state_keys, success=success)
     s = as_keys(state_keys, "state_keys")
@@ -410,7 +419,8 @@ def g2po_advantages(
     if r.size == 0:
         return r
     is_last, _, _ = episode_bounds(ep)
-    ep_return, _, ep_id = _episode_returns(r, ep, grp)
+    ep_return, _, ep_id = _episode_returns(r + pen, ep, grp)
+    score, _ = _trainer_scores(r, pen, ep, grp, 1.0)
     gid, n_groups = factorize(grp)
 
     # Node values: mean over a node's rows of gamma^(steps to the episode's end, inclusive) * R(tau).
@@ -426,7 +436,7 @@ def g2po_advantages(
 
     node_term = set_standardize(v_next - pen, node, eps, scale=std_norm)
     edge_term = set_standardize(v_next - value[node], gid, eps, scale=std_norm)
-    episode_term = set_standardize(ep_return[ep_id], gid, eps, scale=std_norm)
+    episode_term = set_standardize(score, gid, eps, scale=std_norm)
     return episode_term + step_coef * (node_term + edge_term)
 
 
@@ -485,6 +495,44 @@ def _grpo(rewards: np.ndarray, episode_index: np.ndarray, group_index: np.ndarra
     ep_return, ep_group, ep_id = _episode_returns(rewards, episode_index, group_index)
     g_of_ep, _ = factorize(ep_group)
     return set_standardize(ep_return, g_of_ep, eps)[ep_id]
+
+
+def _trainer_scores(rewards: np.ndarray, penalties: np.ndarray, episode_index, group_index, gamma: float):
+    """Each row's episode score and return-to-go as verl-agent's trainer forms them.
+
+    The trainer scores episodes and discounts returns on the env's rewards, which carry no penalty, and then
+    (``apply_invalid_action_penalty``) subtracts the penalty from the invalid row's own score and return only:
+    ``S_t = R(tau) + P(tau) - p_t`` and ``R_t + sum_k gamma^(k-t) p_k - p_t``, with P(tau) the episode's
+    penalties. Without penalties they are R(tau) and R_t.
+    """
+    free = rewards + penalties
+    ep_return, _, ep_id = _episode_returns(free, episode_index, group_index)
+    return ep_return[ep_id] - penalties, backward_scan(free, gamma, episode_index) - penalties
+
+
+def _episode_standardize(score: np.ndarray, episode_index, group_index, eps: float, *, scale: bool) -> np.ndarray:
+    """Each row's score against its group's episodes, every episode one vote (GRPO's statistics).
+
+    A row weighs 1 / (its episode's length), so the mean is over the episodes and the variance has n_episodes - 1
+    degrees of freedom; with one score per episode this is GRPO, computed as GRPO is (the same rounding, so an
+    all-equal group stays exactly 0). A group of one episode gets 0.
+    """
+    ep_id, n_eps = factorize(episode_index)
+    gid, n_groups = factorize(group_index)
+    per_episode = np.zeros(n_eps)
+    per_episode[ep_id] = score
+    if np.array_equal(per_episode[ep_id], score):
+        g_of_ep = np.zeros(n_eps, dtype=np.int64)
+        g_of_ep[ep_id] = gid
+        return set_standardize(per_episode, g_of_ep, eps, scale=scale)[ep_id]
+    weight = 1.0 / np.bincount(ep_id, minlength=n_eps)[ep_id]
+    episodes = np.bincount(gid, weights=weight, minlength=n_groups)  # the group's episode count
+    mean = np.bincount(gid, weights=weight * score, minlength=n_groups) / episodes
+    centred = score - mean[gid]
+    if scale:
+        var = np.bincount(gid, weights=weight * centred**2, minlength=n_groups) / np.maximum(episodes - 1.0, 1.0)
+        centred = centred / (np.sqrt(var)[gid] + eps)
+    return np.where(episodes[gid] > 1.5, centred, 0.0)
 
 
 # ---------------------------------------------------------------------------------------------------------

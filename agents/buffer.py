@@ -42,6 +42,9 @@ class Row:
     is_weight: float = 1.0  # truncated importance weight trainer / sampler (config.rollout_is)
     value_target: float = 0.0
     backoff_keys: tuple = ()  # keys of the state acted from, one per name in config.key_backoff (key back-off)
+    # The reward carries config.invalid_action_penalty: the env rejected the action or no command was parsed
+    # (not info["action_valid"] or not info["action_parsed"]), verl-agent's is_action_valid = False.
+    invalid: bool = False
 
     @staticmethod
     def keys_from(info: dict, names: Sequence[str]) -> tuple:
@@ -190,6 +193,8 @@ class GroupRolloutBuffer:
         terminated = np.array([r.terminated for r in rows], dtype=bool)
         keys = np.array([r.state_key for r in rows])
         next_keys = np.array([r.next_state_key for r in rows])
+        # The rivals and GiGPO charge an invalid action's penalty as their published trainers do (docs/rivals.md).
+        penalties = c.invalid_action_penalty * np.array([r.invalid for r in rows], dtype=np.float64)
         zero = np.zeros(len(rows))
         if c.estimator == "gagpo":
             batch = c.normalize == "batch"  # finalize() normalises over the batch, then adds the episode term
@@ -202,21 +207,15 @@ class GroupRolloutBuffer:
             return a, zero
         if c.estimator == "gigpo":
             a = adv.gigpo_advantages(
-                rewards,
-                episodes,
-                groups,
-                keys,
-                gamma=c.gamma,
-                omega=c.omega,
-                eps=c.adv_eps,
-                std_norm=c.gigpo_std_norm,
-            )
+                rewards, episodes, groups, keys, gamma=c.gamma, omega=c.omega, eps=c.adv_eps,
+                std_norm=c.gigpo_std_norm, penalties=penalties,
+            )  # fmt: skip
             return a, zero
         if c.estimator == "hgpo":
             history = c.history_length if c.hgpo_history < 0 else c.hgpo_history
             a = adv.hgpo_advantages(
                 rewards, episodes, groups, keys, gamma=c.gamma, history=history, alpha=c.hgpo_alpha,
-                std_norm=c.hgpo_std_norm, base_group=c.hgpo_base_group, eps=c.adv_eps,
+                std_norm=c.hgpo_std_norm, base_group=c.hgpo_base_group, penalties=penalties, eps=c.adv_eps,
             )  # fmt: skip
             return a, zero
         success = np.array([r.done and r.won for r in rows], dtype=bool)
@@ -224,13 +223,13 @@ class GroupRolloutBuffer:
             a = adv.graphgpo_advantages(
                 rewards, episodes, groups, keys, next_keys, success, graph_gamma=c.graphgpo_gamma,
                 progress=c.graphgpo_progress, std_norm=c.graphgpo_std_norm, step_coef=c.omega,
-                episode_coef=c.graphgpo_episode_coef, eps=c.adv_eps,
+                episode_coef=c.graphgpo_episode_coef, penalties=penalties, eps=c.adv_eps,
             )  # fmt: skip
             return a, zero
         if c.estimator == "g2po":
             a = adv.g2po_advantages(
                 rewards, episodes, groups, keys, success, gamma=c.gamma, std_norm=c.g2po_std_norm,
-                step_coef=c.omega, eps=c.adv_eps,
+                step_coef=c.omega, penalties=penalties, eps=c.adv_eps,
             )  # fmt: skip
             return a, zero
         if c.estimator == "grpo":

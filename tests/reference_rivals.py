@@ -12,6 +12,10 @@ become float64 numpy arrays; nothing else changes, except where a docstring says
   with GiGPO's ``build_step_group``, ``step_norm_reward`` and ``episode_norm_reward`` (``gigpo/core_gigpo.py``).
 - G2PO: ``g2po/core_g2po.py`` of the G2PO repository (``compute_group_aggregation_values``,
   ``compute_step_level_advantage``, ``episode_norm_reward``, ``compute_g2po_outcome_advantage``).
+- GiGPO: ``gigpo/core_gigpo.py`` of verl-agent (``compute_gigpo_outcome_advantage``), the trainer the other three
+  recipes share.
+- What every one of these trainers feeds its estimator: ``verl/trainer/ppo/ray_trainer.py`` of verl-agent
+  (``apply_invalid_action_penalty`` after ``compute_step_discounted_returns`` and the episode reward manager).
 """
 
 from __future__ import annotations
@@ -52,6 +56,38 @@ def step_discounted_returns(rewards, traj_index, gamma: float) -> np.ndarray:
         traj_indices = np.where(traj_index == uid)[0]
         all_returns[i] = returns_by_traj[uid][np.where(traj_indices == i)[0][0]]
     return all_returns
+
+
+def apply_invalid_action_penalty(row_scores, step_rewards, invalid, invalid_action_penalty_coef: float):
+    """The trainer's inputs: each row's episode score and return-to-go, less its own penalty if its action was invalid.
+
+    The episode reward manager writes the episode's env return on every row (``token_level_scores``) and
+    ``compute_step_discounted_returns`` discounts the env rewards (``step_rewards``); neither carries a penalty.
+    ``apply_invalid_action_penalty`` then subtracts ``coef * (1 - is_action_valid)`` from each row's two numbers.
+    """
+    row_scores = np.array(row_scores, dtype=np.float64)
+    step_rewards = np.array(step_rewards, dtype=np.float64)
+    for i in range(len(row_scores)):
+        action_invalids = 1.0 - (0.0 if invalid[i] else 1.0)
+        row_scores[i] -= invalid_action_penalty_coef * action_invalids
+        step_rewards[i] -= invalid_action_penalty_coef * action_invalids
+    return row_scores, step_rewards
+
+
+def ref_gigpo(
+    step_rewards,
+    row_scores,
+    anchor_obs,
+    index,
+    epsilon: float = 1e-6,
+    step_advantage_w: float = 1.0,
+    mode: str = "mean_norm",
+) -> np.ndarray:
+    """compute_gigpo_outcome_advantage (exact matching): the episode term over the task's rows plus the step term."""
+    remove_std = mode == "mean_norm"
+    episode_advantages = episode_norm_reward(row_scores, index, epsilon, remove_std)
+    step_advantages = step_norm_reward(step_rewards, build_step_group(anchor_obs, index), epsilon, remove_std)
+    return episode_advantages + step_advantage_w * step_advantages
 
 
 def episode_norm_reward(scores, index, epsilon: float, remove_std: bool) -> np.ndarray:

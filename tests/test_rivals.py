@@ -5,6 +5,11 @@ episodes, revisits, single-episode and single-row groups), with successes and in
 (all-success, all-failure and mixed groups) and, for some, all-equal rewards (zero-variance groups). The
 published code runs on the same rows in its own layout (``uid``, ``traj_uid``, ``anchor_obs``).
 
+Invalid actions are fed as each side takes them: this library's rewards carry the penalty (the data layout of
+docs/algorithm.md) and ``penalties`` says how much of each reward it is; the published estimators get what their
+trainers feed them, the env's penalty-free returns less ``PENALTY`` on each invalid row (verl-agent's
+``apply_invalid_action_penalty``). GiGPO is checked the same way against verl-agent's own estimator.
+
 Where this library departs from the published code on purpose, the test says so: a rollout group of a single
 row gets no episode-level advantage here (the published statistics give it its raw score, or NaN).
 """
@@ -18,10 +23,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from numpy.testing import assert_allclose
-from reference_rivals import GOAL, SUCCESS_REWARD, ref_g2po, ref_graphgpo, ref_hgpo, step_discounted_returns
+from reference_rivals import (
+    GOAL,
+    SUCCESS_REWARD,
+    apply_invalid_action_penalty,
+    ref_g2po,
+    ref_gigpo,
+    ref_graphgpo,
+    ref_hgpo,
+    step_discounted_returns,
+)
 from test_advantages import PROFILE, TOL, UNIT, Episode, assemble, layouts, rows_by_episode
 
-from agents.advantages import g2po_advantages, graphgpo_advantages, hgpo_advantages
+from agents.advantages import g2po_advantages, gigpo_advantages, graphgpo_advantages, hgpo_advantages
 
 PENALTY = 0.1  # the published runs' invalid_action_penalty_coef
 
@@ -49,15 +63,26 @@ def rival_layouts(draw, key_kind: str | None = None, g2po: bool = False) -> dict
         success[rows[e.episode_id][-1]] = won[e.episode_id]
     ep_return = {e.episode_id: sum(e.rewards) for e in episodes}
     anchor = list(d["state_keys"])
+    invalid = np.array(invalid, dtype=bool)
     published = {
         "anchor_obs": anchor,
         "next_obs": [GOAL if won_ else k for k, won_ in zip(list(d["next_state_keys"]), success, strict=True)],
         "index": d["group_index"],
         "traj_index": d["episode_index"],
-        "row_scores": np.array([ep_return[e] for e in d["episode_index"].tolist()]),
-        "invalid": np.array(invalid),
+        "env_rewards": d["rewards"].copy(),  # the env's rewards: no penalty in them
+        "episode_rewards": np.array([ep_return[e] for e in d["episode_index"].tolist()]),
+        "invalid": invalid,
     }
-    return {"ours": d, "success": success, "published": published, "episodes": episodes}
+    penalties = PENALTY * invalid
+    d["rewards"] = d["rewards"] - penalties  # this library's rewards carry the penalty
+    return {"ours": d, "penalties": penalties, "success": success, "published": published, "episodes": episodes}
+
+
+def _trainer_inputs(case: dict, gamma: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's episode score and return-to-go as the published trainers hand them to the estimators."""
+    p = case["published"]
+    returns = step_discounted_returns(p["env_rewards"], p["traj_index"], gamma)
+    return apply_invalid_action_penalty(p["episode_rewards"], returns, p["invalid"], PENALTY)
 
 
 def _single_row_groups(group_index: np.ndarray) -> np.ndarray:
@@ -68,8 +93,8 @@ def _single_row_groups(group_index: np.ndarray) -> np.ndarray:
 
 def _hgpo_reference(case: dict, gamma: float, **options) -> np.ndarray:
     p = case["published"]
-    returns = step_discounted_returns(case["ours"]["rewards"], p["traj_index"], gamma)
-    return ref_hgpo(returns, p["row_scores"], p["anchor_obs"], p["index"], p["traj_index"], **options)
+    row_scores, returns = _trainer_inputs(case, gamma)
+    return ref_hgpo(returns, row_scores, p["anchor_obs"], p["index"], p["traj_index"], **options)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -91,6 +116,7 @@ def test_hgpo_matches_published(case, gamma, history, alpha, std_norm, base_grou
     ours = hgpo_advantages(
         d["rewards"], d["episode_index"], d["group_index"], d["state_keys"],
         gamma=gamma, history=history, alpha=alpha, std_norm=std_norm, base_group=base_group,
+        penalties=case["penalties"],
     )  # fmt: skip
     mode = "mean_std_norm" if std_norm else "mean_norm"
     ref = _hgpo_reference(
@@ -114,10 +140,11 @@ def test_graphgpo_matches_published(case, graph_gamma, progress, std_norm, step_
     d, p = case["ours"], case["published"]
     ours = graphgpo_advantages(
         **d_without(d, "terminated"), success=case["success"], graph_gamma=graph_gamma, progress=progress,
-        std_norm=std_norm, step_coef=step_coef, episode_coef=episode_coef, penalties=PENALTY * p["invalid"],
+        std_norm=std_norm, step_coef=step_coef, episode_coef=episode_coef, penalties=case["penalties"],
     )  # fmt: skip
+    row_scores, _ = _trainer_inputs(case)
     ref = ref_graphgpo(
-        p["anchor_obs"], p["next_obs"], p["index"], p["traj_index"], p["row_scores"], p["invalid"],
+        p["anchor_obs"], p["next_obs"], p["index"], p["traj_index"], row_scores, p["invalid"],
         gamma=graph_gamma, normalize_distance=progress, invalid_action_penalty_coef=PENALTY,
         step_advantage_w=step_coef, episode_advantage_w=episode_coef,
         mode="mean_std_norm" if std_norm else "mean_norm",
@@ -132,15 +159,57 @@ def test_g2po_matches_published(case, gamma, std_norm, step_coef):
     d, p = case["ours"], case["published"]
     ours = g2po_advantages(
         d["rewards"], d["episode_index"], d["group_index"], d["state_keys"], case["success"],
-        gamma=gamma, std_norm=std_norm, step_coef=step_coef, penalties=PENALTY * p["invalid"],
+        gamma=gamma, std_norm=std_norm, step_coef=step_coef, penalties=case["penalties"],
     )  # fmt: skip
+    row_scores, _ = _trainer_inputs(case)
     ref = ref_g2po(
-        p["row_scores"], p["row_scores"], p["anchor_obs"], p["index"], p["traj_index"], p["invalid"],
+        p["episode_rewards"], row_scores, p["anchor_obs"], p["index"], p["traj_index"], p["invalid"],
         gamma=gamma, step_advantage_w=step_coef, mode="mean_std_norm" if std_norm else "mean_norm",
     )  # fmt: skip
     single = _single_row_groups(d["group_index"])
     assert_allclose(ours[~single], ref[~single], **TOL)
     assert np.all(ours[single] == 0.0)  # the published std of one value is NaN (mean_std_norm)
+
+
+@settings(max_examples=500, **PROFILE)
+@given(case=rival_layouts(), gamma=UNIT, std_norm=st.booleans(), omega=st.sampled_from([1.0, 0.5, 0.0]))
+def test_gigpo_matches_verl_agent(case, gamma, std_norm, omega):
+    """GiGPO with verl-agent's statistics (over rows) against its published estimator and trainer inputs."""
+    d, p = case["ours"], case["published"]
+    ours = gigpo_advantages(
+        d["rewards"], d["episode_index"], d["group_index"], d["state_keys"],
+        gamma=gamma, omega=omega, std_norm=std_norm, episode_stats="rows", penalties=case["penalties"],
+    )  # fmt: skip
+    row_scores, returns = _trainer_inputs(case, gamma)
+    mode = "mean_std_norm" if std_norm else "mean_norm"
+    ref = ref_gigpo(returns, row_scores, p["anchor_obs"], p["index"], step_advantage_w=omega, mode=mode)
+    same = ~_single_row_groups(d["group_index"])
+    assert_allclose(ours[same], ref[same], **TOL)
+
+
+def _one_invalid_step() -> tuple[dict, np.ndarray, np.ndarray]:
+    """One group, two failed episodes (a -> b | c), the step from b invalid: its reward is the penalty."""
+    d = assemble([Episode(1, 0, ["a", "b"], [0.0, -PENALTY], True, "x"), Episode(2, 0, ["c"], [0.0], True, "y")])
+    return d, np.zeros(3, dtype=bool), np.array([0.0, PENALTY, 0.0])
+
+
+@pytest.mark.parametrize("name", ["gigpo", "hgpo", "graphgpo", "g2po"])
+def test_an_invalid_step_is_charged_to_its_own_row(name):
+    """The trainers' scores are (0, -0.1, 0): standardised over the three rows, (1, -2, 1) / sqrt(3).
+
+    Every state is visited once, so no step term is non-zero; the invalid row alone is blamed, where penalties
+    read as part of the return blame its whole episode (-1, -1, 2) / sqrt(3).
+    """
+    d, success, penalties = _one_invalid_step()
+    args = (d["rewards"], d["episode_index"], d["group_index"], d["state_keys"])
+    extra = {
+        "gigpo": lambda: gigpo_advantages(*args, episode_stats="rows", penalties=penalties),
+        "hgpo": lambda: hgpo_advantages(*args, base_group=True, penalties=penalties),
+        "graphgpo": lambda: graphgpo_advantages(*args, d["next_state_keys"], success, penalties=penalties),
+        "g2po": lambda: g2po_advantages(*args, success, penalties=penalties),
+    }
+    third = 1.0 / math.sqrt(3.0)
+    assert_allclose(extra[name](), [third, -2 * third, third], atol=1e-4)  # eps = 1e-6 against std 0.058
 
 
 def d_without(d: dict, *names: str) -> dict:
@@ -337,7 +406,8 @@ def test_empty_input():
 # The agent's buffer calls them with the configured settings
 # ---------------------------------------------------------------------------------------------------------
 
-#: (group, episode) -> [(state key, reward)], the last step successful when its reward is 10.
+#: (group, episode) -> [(state key, reward)], the last step successful when its reward is 10; a reward of -0.1 is
+#: an invalid action's penalty (config.invalid_action_penalty 0.1 below).
 BUFFER_EPISODES = {
     (0, 10): [(1, 0.0), (2, -0.1), (3, 10.0)],
     (0, 11): [(1, 0.0), (4, 0.0)],
@@ -356,13 +426,15 @@ BUFFER_EPISODES = {
         {"estimator": "graphgpo", "graphgpo_std_norm": False, "omega": 0.7},
         {"estimator": "g2po", "g2po_std_norm": False, "omega": 0.4},
         {"estimator": "g2po"},
+        {"estimator": "gigpo", "omega": 0.6},
+        {"estimator": "gigpo", "gigpo_std_norm": False},
     ],
 )
 def test_buffer_passes_the_configured_settings(settings):
     from agents.buffer import GroupRolloutBuffer, Row
     from agents.config import GAGPOConfig
 
-    config = GAGPOConfig(gamma=0.8, adv_eps=0.01, **settings)
+    config = GAGPOConfig(gamma=0.8, adv_eps=0.01, invalid_action_penalty=PENALTY, **settings)
     buffer = GroupRolloutBuffer(config)
     for g in (0, 1):
         buffer.start_group(g, [ep for group, ep in BUFFER_EPISODES if group == g])
@@ -376,7 +448,7 @@ def test_buffer_passes_the_configured_settings(settings):
                 buffer.add(
                     Row(group=g, episode=ep, prompt_ids=[ep, t], rollout_logp=np.zeros(1), reward=reward,
                         state_key=key, next_state_key=-1 if last else steps[t + 1][0], terminated=last, done=last,
-                        won=last and reward == 10.0)
+                        won=last and reward == 10.0, invalid=reward == -PENALTY)
                 )  # fmt: skip
     buffer.finalize()
     got = {(r.episode, r.prompt_ids[1]): r.advantage for r in buffer.rows}
@@ -389,22 +461,52 @@ def test_buffer_passes_the_configured_settings(settings):
     last = np.array([t == lengths[ep] - 1 for _, ep, t, *_ in layout])
     next_keys = np.where(last, -1, np.r_[keys[1:], -1])
     success = last & (rewards == 10.0)
+    pen = np.where(rewards == -PENALTY, PENALTY, 0.0)
     c, args = config, (rewards, episodes, groups, keys)
     if c.estimator == "hgpo":
         history = c.history_length if c.hgpo_history < 0 else c.hgpo_history
         a = hgpo_advantages(*args, gamma=0.8, history=history, alpha=c.hgpo_alpha, std_norm=c.hgpo_std_norm,
-                            base_group=c.hgpo_base_group, eps=0.01)  # fmt: skip
+                            base_group=c.hgpo_base_group, penalties=pen, eps=0.01)  # fmt: skip
     elif c.estimator == "graphgpo":
         a = graphgpo_advantages(*args, next_keys, success, graph_gamma=c.graphgpo_gamma, progress=c.graphgpo_progress,
                                 std_norm=c.graphgpo_std_norm, step_coef=c.omega, episode_coef=c.graphgpo_episode_coef,
-                                eps=0.01)  # fmt: skip
+                                penalties=pen, eps=0.01)  # fmt: skip
+    elif c.estimator == "gigpo":
+        a = gigpo_advantages(*args, gamma=0.8, omega=c.omega, std_norm=c.gigpo_std_norm, penalties=pen, eps=0.01)
     else:
-        a = g2po_advantages(*args, success, gamma=0.8, std_norm=c.g2po_std_norm, step_coef=c.omega, eps=0.01)
+        a = g2po_advantages(*args, success, gamma=0.8, std_norm=c.g2po_std_norm, step_coef=c.omega, penalties=pen,
+                            eps=0.01)  # fmt: skip
     expected = {(ep, t): float(x) for (_, ep, t, *_), x in zip(layout, a, strict=True)}
     assert got.keys() == expected.keys()
     for k, v in expected.items():
         assert got[k] == pytest.approx(v, abs=1e-12), k
     assert any(abs(v) > 0.05 for v in got.values())
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"estimator": "graphgpo"},
+        {"estimator": "g2po"},
+        {"estimator": "hgpo", "hgpo_base_group": True},
+    ],
+)
+def test_buffer_charges_an_invalid_action_as_the_published_trainers(settings):
+    """The minimal case through the buffer: the invalid row alone is blamed, (1, -2, 1) / sqrt(3) as published."""
+    from agents.buffer import GroupRolloutBuffer, Row
+    from agents.config import GAGPOConfig
+
+    buffer = GroupRolloutBuffer(GAGPOConfig(invalid_action_penalty=PENALTY, **settings))
+    buffer.start_group(0, [1, 2])
+    steps = [(1, "a", "b", 0.0, False), (2, "c", "y", 0.0, True), (1, "b", "x", -PENALTY, True)]
+    for episode, key, next_key, reward, done in steps:
+        buffer.add(
+            Row(group=0, episode=episode, prompt_ids=[], rollout_logp=np.zeros(1), reward=reward, state_key=key,
+                next_state_key=next_key, terminated=done, done=done, won=False, invalid=reward < 0)
+        )  # fmt: skip
+    got = {row.state_key: row.advantage for row in buffer.rows}
+    third = 1.0 / math.sqrt(3.0)
+    assert_allclose([got["a"], got["b"], got["c"]], [third, -2 * third, third], atol=1e-4)
 
 
 @pytest.mark.parametrize(
