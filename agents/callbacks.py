@@ -8,15 +8,20 @@
 * :class:`ProgressBar`: the progress bar of every long loop (training, evaluation panels, warm starts).
 * :class:`OneLineOutput`: the default ``verbose=1`` log, one line per iteration instead of SB3's 30-line table.
 * :func:`default_logger` and :func:`init_callback`: the agent's logger and callback setup, as SB3's
-  ``configure_logger`` and ``BaseAlgorithm._init_callback``.
+  ``configure_logger`` and ``BaseAlgorithm._init_callback`` (SB3's own ``CheckpointCallback`` and progress bars are
+  adapted to the iteration-shaped loop there: :func:`saves_at_boundaries`, :func:`step_accurate`).
 """
 
 from __future__ import annotations
 
 import atexit
+import functools
 import os
+import re
 import sys
 import time
+import warnings
+import weakref
 from pathlib import Path
 from types import TracebackType
 from typing import Any, ClassVar, TextIO
@@ -35,6 +40,11 @@ class IterationCheckpoint(CheckpointCallback):
     boundary anyway, but a folder named after the step it was taken at would overstate the steps trained. This
     one saves when the next rollout starts (just after an update) and at the end of training. :attr:`last_path` is
     the last folder it wrote (None before the first): the checkpoint to resume this run from.
+
+    A ``learn()`` that starts a new count (``reset_num_timesteps=True``, the default, also after ``load``) is
+    refused a ``save_path`` that holds checkpoints of this ``name_prefix`` already: the two runs' names would mix
+    in one folder, and equal step counts would overwrite each other. A run that continues its count
+    (``reset_num_timesteps=False``) adds to its own folder.
     """
 
     def __init__(self, save_freq: int, save_path: str, name_prefix: str = "agent", verbose: int = 0) -> None:
@@ -43,6 +53,18 @@ class IterationCheckpoint(CheckpointCallback):
         self.last_path: Path | None = None
 
     def _on_training_start(self) -> None:
+        if self.locals.get("reset_num_timesteps", True):
+            pattern = re.compile(rf"{re.escape(self.name_prefix)}_(\d+)_steps")
+            earlier = sorted(
+                (int(m.group(1)), p.name) for p in Path(self.save_path).glob("*") if (m := pattern.fullmatch(p.name))
+            )
+            if earlier:
+                raise ValueError(
+                    f"{self.save_path} holds checkpoints of another run ({earlier[0][1]} .. {earlier[-1][1]}) and "
+                    "this learn() starts a new step count at 0 (reset_num_timesteps=True, the default): pass "
+                    "reset_num_timesteps=False to continue the loaded run's count, or give another save_path or "
+                    "name_prefix"
+                )
         self._next = (self.num_timesteps // self.save_freq + 1) * self.save_freq
 
     def _on_step(self) -> bool:
@@ -55,6 +77,7 @@ class IterationCheckpoint(CheckpointCallback):
         self._save_if_due()
 
     def _save_if_due(self) -> None:
+        self.num_timesteps = held_steps(self.model)
         if self.num_timesteps >= self._next:
             path = Path(self.save_path) / f"{self.name_prefix}_{self.num_timesteps}_steps"
             self.model.save(path)
@@ -318,6 +341,45 @@ class StepProgressBar(ProgressBarCallback):
         self.pbar.close()
 
 
+def held_steps(model: Any) -> int:
+    """The step count a save of ``model`` holds: its last iteration boundary's (what ``save()`` writes), which
+    is the current count between iterations and less after training stopped inside a rollout."""
+    boundary = getattr(model, "boundary", None)
+    return int(boundary["num_timesteps"]) if boundary is not None else int(model.num_timesteps)
+
+
+def saves_at_boundaries(checkpoint: CheckpointCallback) -> None:
+    """Make a plain SB3 ``CheckpointCallback`` save between iterations, named after the steps its file holds.
+
+    SB3's saves in ``on_step``, mid-rollout, where the agent writes its last iteration boundary: a file named
+    ``rl_model_350_steps.zip`` would hold the 334-step state. Here ``on_step`` only marks a save as due (every
+    ``save_freq`` calls, as SB3 counts them) and SB3's own save runs at the next boundary (the next rollout's start,
+    or the end of training), with the count the save holds in its name.
+    """
+    save = checkpoint._on_step  # SB3's: saves when n_calls is a multiple of save_freq
+    due = False
+
+    def on_step() -> bool:
+        nonlocal due
+        due = due or checkpoint.n_calls % checkpoint.save_freq == 0
+        return True
+
+    def at_boundary() -> None:
+        nonlocal due
+        if due:
+            due = False
+            calls = checkpoint.n_calls
+            checkpoint.n_calls, checkpoint.num_timesteps = checkpoint.save_freq, held_steps(checkpoint.model)
+            try:
+                save()
+            finally:
+                checkpoint.n_calls = calls
+
+    checkpoint._on_step = on_step  # type: ignore[method-assign]
+    checkpoint._on_rollout_start = at_boundary  # type: ignore[method-assign]
+    checkpoint._on_training_end = at_boundary  # type: ignore[method-assign]
+
+
 def step_accurate(bar: ProgressBarCallback) -> None:
     """Make a plain SB3 ``ProgressBarCallback`` count env steps taken, as :class:`StepProgressBar` does."""
     for name in ("_on_training_start", "_on_step", "_on_training_end"):
@@ -366,15 +428,29 @@ def default_logger(verbose: int, log_dir: str | None) -> Logger:
         outputs.append(HumanOutputFormat(sys.stdout))
     if log_dir is not None:
         os.makedirs(log_dir, exist_ok=True)
-        formats = ["csv", "json"]
-        try:  # the optional tensorboard extra
-            import torch.utils.tensorboard  # noqa: F401
-
-            formats.append("tensorboard")
-        except ImportError:
-            pass
+        formats = ["csv", "json"] + ([] if tensorboard_missing() else ["tensorboard"])
         outputs += [make_output_format(f, log_dir) for f in formats]
     return Logger(folder=log_dir, output_formats=outputs)
+
+
+@functools.cache
+def tensorboard_missing() -> str | None:
+    """Why TensorBoard files cannot be written (None: they can). A log folder without them is said once per process,
+    with the extra that brings them, rather than left to be found empty."""
+    try:  # the optional tensorboard extra
+        import torch.utils.tensorboard  # noqa: F401
+    except ImportError as err:
+        warnings.warn(
+            f"TensorBoard logging is off ({err}): install the tensorboard extra, pip install 'gagpo-gym[tensorboard]'; "
+            "log folders get the CSV and JSON logs only",
+            stacklevel=3,
+        )
+        return str(err)
+    return None
+
+
+#: The plain SB3 CheckpointCallbacks already adapted by :func:`saves_at_boundaries` (once, however many learn()s).
+_AT_BOUNDARIES: weakref.WeakSet[CheckpointCallback] = weakref.WeakSet()
 
 
 def init_callback(agent: Any, callback: BaseCallback | list[BaseCallback] | None, progress_bar: bool) -> BaseCallback:
@@ -386,10 +462,13 @@ def init_callback(agent: Any, callback: BaseCallback | list[BaseCallback] | None
     if progress_bar:
         callback = CallbackList([callback, StepProgressBar()])
     stack = [callback]
-    while stack:  # SB3's own progress bars count env steps taken, not sub-envs per vector step
+    while stack:  # SB3's own progress bars count env steps taken; its checkpoints save between iterations
         cb = stack.pop()
         stack += getattr(cb, "callbacks", [])
         if isinstance(cb, ProgressBarCallback) and not isinstance(cb, StepProgressBar):
             step_accurate(cb)
+        if type(cb) is CheckpointCallback and cb not in _AT_BOUNDARIES:
+            saves_at_boundaries(cb)
+            _AT_BOUNDARIES.add(cb)
     callback.init_callback(agent)
     return callback

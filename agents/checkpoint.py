@@ -265,6 +265,15 @@ def read_agent(folder: Path) -> dict[str, Any]:
     return meta
 
 
+def read_saved(path: str | os.PathLike) -> tuple[dict[str, Any], str]:
+    """What the scripts read of a saved agent at ``path``, a folder or a ``.zip`` (SB3's CheckpointCallback names
+    them so) before loading it: its ``agent.json`` (:func:`read_agent`: every file checked first) and its manifest's
+    SHA-256, which names the agent byte for byte wherever it is copied. Errors as :func:`read_agent`'s."""
+    with opened(Path(path)) as folder:
+        meta = read_agent(folder)
+        return meta, sha256_file(folder / MANIFEST_FILE)
+
+
 def check_format(meta: Any, where: Path | str) -> int:
     """The format of ``agent.json``'s contents ``meta``: one this version reads, or one ValueError saying why not."""
     version = meta.get("format", 1) if isinstance(meta, dict) else None

@@ -217,11 +217,24 @@ def reference_policy_panel(
     asked in the processes that hold the envs.
     """
     rng = np.random.default_rng(seed)
+    steps: dict[int, int] = {}  # actions taken so far in each task, for the message below
 
     def act(obs, infos, venv, idx):
         if kind == "expert":
             return list(venv.call("expert_action", indices=idx))
-        return [i["admissible_actions"][rng.integers(len(i["admissible_actions"]))] for i in infos]
+        actions = []
+        for i, info in zip(idx, infos):
+            seed_i = int(venv.task_seeds[venv.group_index[i]])
+            admissible = info.get("admissible_actions") or []
+            if not admissible:  # nothing to draw from: say so, rather than numpy's "high <= 0"
+                raise ValueError(
+                    f"{env_id}: task {info.get('task_id')!r} (seed {seed_i}) offers no admissible actions at step "
+                    f"{steps.get(seed_i, 0)}; the random policy draws among them (an env that lists none has no "
+                    "random row)"
+                )
+            steps[seed_i] = steps.get(seed_i, 0) + 1
+            actions.append(admissible[rng.integers(len(admissible))])
+        return actions
 
     if kind not in ("expert", "random"):
         raise ValueError(f"reference policy must be 'expert' or 'random', got {kind!r}")

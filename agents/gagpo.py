@@ -108,7 +108,11 @@ class GAGPOAgent:
             raise ValueError("backend='vllm' runs one engine in one process: launch a single process (or use 'hf')")
         self.verbose = verbose if self.dist.is_main else 0  # logs come from the main process
 
-        self.env_spec, self.env, self.num_groups = self._attach_env(env, env_kwargs, env_wrappers)
+        # The vector env is built when first needed (learn(), get_env()): a loaded agent plays and evaluates
+        # without its training env's data (a train split that is not on this machine).
+        self.env_spec, self._env, self.num_groups = self._attach_env(env, env_kwargs, env_wrappers)
+        self._env_given = self._env is not None  # a GroupedVectorEnv of the user's: never rebuilt
+        self._rollout: RolloutCollector | None = None
         corpus = None
         if self.env_spec is not None:
             corpus = functools.partial(collect_env_text, self.env_spec.factory(), seed=c.seed)
@@ -132,10 +136,6 @@ class GAGPOAgent:
         self.update = PolicyUpdate(self.policy, self.optimizer, c, self.dist, self.reference_core)
         self.dist.first_forward(self.update.zero_loss)
         self.buffer = GroupRolloutBuffer(c)
-        self.rollout = RolloutCollector(
-            self.env, self.policy, self.prompts, self.buffer, c, self.dist, num_groups=self.num_groups,
-            env_id=self.env_id,
-        )  # fmt: skip
         # One writer per log folder: under a launch every rank runs this, the main process logs.
         self.set_logger(default_logger(self.verbose, log_dir if self.dist.is_main else None))
         self.mark_boundary()
@@ -143,9 +143,9 @@ class GAGPOAgent:
     # ----- construction ---------------------------------------------------------------------------------
     def _attach_env(
         self, env: Any, env_kwargs: dict[str, Any] | None, env_wrappers: Sequence[tuple[str, dict[str, Any]]]
-    ) -> tuple[EnvSpec | None, GroupedVectorEnv, int]:
-        """The env spec (None: a GroupedVectorEnv from the user's own factory), this rank's vector env, and the
-        number of groups over all ranks."""
+    ) -> tuple[EnvSpec | None, GroupedVectorEnv | None, int]:
+        """The env spec (None: a GroupedVectorEnv from the user's own factory), this rank's vector env (None: built
+        from the spec when first needed, :attr:`env`), and the number of groups over all ranks."""
         c = self.config
         if isinstance(env, GroupedVectorEnv):  # under a launch: this rank's own groups
             spec = EnvSpec(env.spec.id, dict(env_kwargs or {})) if env.spec is not None else None
@@ -158,11 +158,37 @@ class GAGPOAgent:
             )
         spec = EnvSpec.of(env, env_kwargs, env_wrappers)
         spec.check_step_limit()
-        vector = spec.vector(
-            c.num_groups // self.dist.world_size, c.group_size, text_wrapping(c), mode=c.vec_mode,
-            task_pool=c.task_pool,
-        )  # fmt: skip
-        return spec, vector, c.num_groups
+        return spec, None, c.num_groups
+
+    @property
+    def env(self) -> GroupedVectorEnv:
+        """This rank's training env (``num_groups x group_size`` sub-envs), built from :attr:`env_spec` on first use."""
+        if self._env is None:
+            assert self.env_spec is not None  # a GroupedVectorEnv given to the constructor is kept as it is
+            c = self.config
+            self._env = self.env_spec.vector(
+                c.num_groups // self.dist.world_size, c.group_size, text_wrapping(c), mode=c.vec_mode,
+                task_pool=c.task_pool,
+            )  # fmt: skip
+        return self._env
+
+    @property
+    def rollout(self) -> RolloutCollector:
+        """What plays a rollout on :attr:`env` into the buffer, made with the env."""
+        if self._rollout is None:
+            self._rollout = RolloutCollector(
+                self.env, self.policy, self.prompts, self.buffer, self.config, self.dist, num_groups=self.num_groups,
+                env_id=self.env_id,
+            )  # fmt: skip
+        return self._rollout
+
+    def close(self) -> None:
+        """Close the training env if it was built (its worker processes, an ALFWorld engine); a later
+        :meth:`learn` builds a fresh one."""
+        if self._env is not None:
+            self._env.close()
+            if not self._env_given:
+                self._env, self._rollout = None, None
 
     @property
     def tiny(self) -> bool:
@@ -186,6 +212,7 @@ class GAGPOAgent:
         self.logger = logger
 
     def get_env(self) -> GroupedVectorEnv:
+        """The training env (built now if it was not yet: SB3's callbacks ask for it when training starts)."""
         return self.env
 
     def get_vec_normalize_env(self) -> None:
@@ -223,13 +250,22 @@ class GAGPOAgent:
         ):
             raise TypeError(
                 f"predict takes the env's info dict beside the observation (a list of them with a list of "
-                f"observations), got {type(info).__name__}: pass the info reset() and step() returned ({{}} if none)"
+                f"observations), got {type(info).__name__}: pass the info reset() and step() returned ({{}} for an "
+                "env without one, in generate mode)"
             )
         obs_list = [observation] if single else list(observation)
         info_list = [info] if single else list(info)
         if len(obs_list) != len(info_list):
             raise ValueError("predict needs one info per observation")
+        if not obs_list:  # an empty batch: nothing to play
+            return [], []
         c = self.config
+        if c.action_mode == CHOOSE and not all(i.get("admissible_actions") for i in info_list):
+            raise ValueError(
+                "this agent chooses among info['admissible_actions'] (action_mode='choose'), and an info given to "
+                "predict lists none: pass the info reset() and step() returned (an empty info serves in generate "
+                "mode only)"
+            )
         k = c.history_length
         episodes = predict_histories(len(obs_list), info_list, state, episode_start, single, bool(k or c.memory))
         histories = [e[-k:] if k else [] for e in episodes]
@@ -321,13 +357,21 @@ class GAGPOAgent:
 
         An iteration is never cut: the one in progress when the count is reached is finished (every group
         plays its task to the end and is trained on), so a run takes up to one iteration's steps more.
+
+        ``reset_num_timesteps`` (Stable-Baselines3's convention): True (the default) starts the step and iteration
+        counts at 0, a new run, also for an agent just loaded; False continues them, and ``total_timesteps`` is
+        then the number of steps to add. Continuing a saved run is ``GAGPOAgent.load(path).learn(n,
+        reset_num_timesteps=False)``: the counts, the learning-rate schedule and the checkpoint names go on from
+        where it stopped. (:class:`~agents.callbacks.IterationCheckpoint` refuses to start a new count in a folder
+        that holds checkpoints already, so the names of two runs never mix.)
         """
+        steps = whole_steps(total_timesteps)
         if max_iterations is not None and max_iterations < 1:
             raise ValueError(f"max_iterations must be >= 1 or None, got {max_iterations}")
         if reset_num_timesteps:
             self.num_timesteps = 0
             self.iteration = 0
-        total_timesteps = int(total_timesteps) + (0 if reset_num_timesteps else self.num_timesteps)
+        total_timesteps = steps + (0 if reset_num_timesteps else self.num_timesteps)
         last_iteration = None if max_iterations is None else self.iteration + max_iterations
         callback = init_callback(self, callback, progress_bar)
         callback.on_training_start(locals(), globals())
@@ -359,12 +403,15 @@ class GAGPOAgent:
 
     # ----- evaluation -----------------------------------------------------------------------------------
     def evaluate(
-        self, env: str | None = None, n_tasks: int = 50, *, deterministic: bool = True, batch_size: int = 16,
+        self, env: Any = None, n_tasks: int = 50, *, deterministic: bool = True, batch_size: int = 16,
         seed_offset: int = 0, env_kwargs: dict[str, Any] | None = None, episodes: bool = False, workers: int = 0,
         temperature: float | None = None,
     ) -> dict[str, Any]:  # fmt: skip
         """Play a fixed panel of tasks (seeds ``seed_offset .. seed_offset + n_tasks - 1``), each once.
 
+        The env is exactly the one named: ``env`` (an env id or a made env) with ``env_kwargs``; without ``env``,
+        the agent's own env (its id and wrappers) with ``env_kwargs`` over its own kwargs, so
+        ``evaluate(env_kwargs={"split": "valid_seen"})`` plays ALFWorld's valid_seen games, never the training ones.
         Sampled actions (``deterministic=False``) draw from streams of their own, one per (agent seed, task,
         step): evaluating never changes the draws of the training that follows, and a task plays the same in any
         panel. They sample at ``temperature`` (None: the training temperature; verl-agent validates at 0.4).
@@ -372,9 +419,7 @@ class GAGPOAgent:
         ``episodes=True`` adds one row per episode; ``workers >= 2`` steps the envs in that many processes
         (:func:`~agents.evaluation.run_panel`; the same results).
         """
-        spec = self.env_spec if env is None else EnvSpec(env, dict(env_kwargs or {}))
-        if spec is None:
-            raise ValueError("pass an env id to evaluate()")
+        spec = self.panel_spec(env, env_kwargs)
         spec.check_step_limit()
         steps: dict[int, int] = {}  # actions taken so far in each task of the panel
 
@@ -393,6 +438,21 @@ class GAGPOAgent:
                 spec.factory(text_wrapping(self.config)), n_tasks, batch_size=batch_size, seed_offset=seed_offset,
                 episodes=episodes, workers=workers,
             )  # fmt: skip
+
+    def panel_spec(self, env: Any = None, env_kwargs: dict[str, Any] | None = None) -> EnvSpec:
+        """The env :meth:`evaluate` plays: ``env`` with ``env_kwargs``, else the agent's own with ``env_kwargs`` over
+        its kwargs (an argument is never ignored: an agent without an env id of its own refuses)."""
+        if env is not None:
+            return EnvSpec.of(env, env_kwargs)
+        if self.env_spec is None:
+            raise ValueError(
+                "this agent trains on a GroupedVectorEnv from your own factory, with no env id to rebuild: pass an "
+                "env id (or a made env) to evaluate()"
+            )
+        if not env_kwargs:
+            return self.env_spec
+        own = self.env_spec
+        return EnvSpec(own.id, {**own.kwargs, **env_kwargs}, own.wrappers)
 
     # ----- persistence ----------------------------------------------------------------------------------
     def mark_boundary(self) -> None:
@@ -449,6 +509,7 @@ class GAGPOAgent:
         path: str | os.PathLike,
         env: Any = None,
         *,
+        env_kwargs: dict[str, Any] | None = None,
         model: str | None = None,
         verbose: int = 1,
         log_dir: str | None = None,
@@ -456,23 +517,43 @@ class GAGPOAgent:
     ) -> GAGPOAgent:
         """Restore an agent saved with :meth:`save` (no unpickling: safetensors and ``weights_only=True``).
 
-        Every file is checked against the manifest first. ``env`` replaces the saved env id; ``overrides``
-        replace saved hyperparameters. The KL reference is the initial policy again, not the saved weights.
-        ``model`` points at a copy of a pretrained source that moved (for its LoRA base or KL reference): it must
-        have the recorded fingerprint. Nothing is downloaded.
+        Every file is checked against the manifest first. No env is made here: the training env is built when
+        :meth:`learn` (or :meth:`get_env`) first needs it, so an agent loads and evaluates on a machine without
+        its training data. ``env`` (an id, a made env or a GroupedVectorEnv) with ``env_kwargs`` replaces the saved
+        env; ``env_kwargs`` alone go over the saved env's kwargs (its id and wrappers kept). ``overrides`` replace
+        saved hyperparameters; the estimator may not switch between ``"ppo"`` and the others (the critic and its
+        optimizer state are saved with a PPO agent only). The KL reference is the initial policy again, not the
+        saved weights. ``model`` points at a copy of a pretrained source that moved (for its LoRA base or KL
+        reference): it must have the recorded fingerprint. Nothing is downloaded.
+
+        The saved step and iteration counts come back, but :meth:`learn` restarts them by default
+        (``reset_num_timesteps=True``, as in Stable-Baselines3): ``learn(n, reset_num_timesteps=False)`` continues
+        the run (its count, learning-rate schedule and checkpoint names).
         """
         with checkpoint.opened(Path(path)) as folder:
             meta = checkpoint.read_agent(folder)
             kept = {"prompt_template": str(folder / TEMPLATE_FILE)} if (folder / TEMPLATE_FILE).is_file() else {}
             values = checkpoint.saved_config(meta, path, {**kept, **overrides})
             estimator = values.pop("estimator")
+            saved_estimator = meta["config"].get("estimator")
+            if (estimator == "ppo") != (saved_estimator == "ppo"):
+                raise ValueError(
+                    f"saved agent at {path} was trained with estimator {saved_estimator!r}; it cannot be loaded as "
+                    f"{estimator!r}: a PPO agent's critic (value_head.safetensors) and its optimizer state come "
+                    "with it, and exist only for PPO"
+                )
             source = ModelSource.from_record(meta.get("model", meta["model_source"]), folder)
+            if env is None:
+                env, env_wrappers = meta["env_id"], meta.get("env_wrappers", [])
+                env_kwargs = {**meta["env_kwargs"], **(env_kwargs or {})}
+            else:
+                env_wrappers = []
             agent = cls(
-                env if env is not None else meta["env_id"],
+                env,
                 model=meta["model_source"],
                 estimator=estimator,
-                env_kwargs=meta["env_kwargs"] if env is None else None,
-                env_wrappers=meta.get("env_wrappers", []) if env is None else (),
+                env_kwargs=env_kwargs,
+                env_wrappers=env_wrappers,
                 verbose=verbose,
                 log_dir=log_dir,
                 restore=Restore(folder, source, model),
@@ -480,6 +561,19 @@ class GAGPOAgent:
             )
             checkpoint.restore_state(agent, folder, meta)
         return agent
+
+
+def whole_steps(total_timesteps: Any) -> int:
+    """``learn()``'s step budget as an int (``1e4`` reads as 10000), or one ValueError: a negative or fractional
+    budget would silently train for less than asked, or not at all."""
+    try:
+        steps = int(total_timesteps)
+        whole = not isinstance(total_timesteps, bool) and steps == total_timesteps and steps >= 0
+    except (TypeError, ValueError, OverflowError):
+        whole = False
+    if not whole:
+        raise ValueError(f"total_timesteps must be a whole number of env steps >= 0, got {total_timesteps!r}")
+    return steps
 
 
 def predict_histories(

@@ -6,8 +6,9 @@
     python scripts/eval.py --env my_envs:MyEnv-v0 --expert                # your own env (Gymnasium's module:id)
     python scripts/eval.py --env gagpo_gym/ALFWorld-v0 --n-tasks 134 --expert --workers 2   # real ALFWorld, 2 cores
 
-A saved agent brings its env id and env kwargs (its agent.json); ``--env`` / ``--env-kwargs`` override them, with
-a warning when they differ.
+A saved agent (a folder, or a ``.zip`` as SB3's CheckpointCallback writes) brings its env id and env kwargs (its
+agent.json); ``--env`` / ``--env-kwargs`` override them, with a warning when they differ. The agent is loaded on
+the panel's env: its training env is never made, so its training data need not be on this machine.
 
 The panel is tasks ``0..N-1`` (``reset(seed=i)``), each played once: the same tasks on every machine. Agents act
 greedily. Columns follow the paper: per-task-type success for ALFWorld/MiniHouse (Pick, Look, Clean, Heat, Cool,
@@ -20,7 +21,10 @@ PDDL planner on the true state; ``handcoded expert``, ALFWorld's rule-based expl
 ``--out`` is checked before anything is played. Each row is written to ``<out>/eval.json`` and ``eval.csv`` as
 soon as it finishes (atomically: a temporary file, then a rename); a row that fails is reported by name and the
 others are still played and written (exit code 1). ``--resume`` keeps the finished rows of an ``eval.json``
-written with the same settings and plays only the missing ones. Episode rows carry the seed, ``task_id`` (for
+written with the same settings and plays only the missing ones. One run writes to an ``--out`` at a time (a second
+one is refused while the first lives), and a folder that holds an earlier run's ``eval.json`` is refused unless
+``--resume`` adds to it or ``--overwrite`` replaces it (its files are removed before anything is played), so the
+files never mix the rows of two runs. Episode rows carry the seed, ``task_id`` (for
 ALFWorld the game file, ``json_2.1.1/<split>/<task>/<trial>/game.tw-pddl`` under the data root), task type,
 outcome, return and length. A progress bar per row (tasks done / total) goes to stderr when it is a terminal
 (``--progress`` / ``--no-progress`` to force it on or off). Ctrl-C ends with one line and exit code 130; the rows
@@ -35,11 +39,14 @@ one core; on a 2-core machine ``--workers 2`` is the fast choice (more workers t
 from __future__ import annotations
 
 import argparse
-import hashlib
+import contextlib
+import fcntl
 import json
+import os
 import sys
 import time
 import traceback
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +93,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--resume", action="store_true", help="keep the finished rows of --out's eval.json (same settings)"
     )
     parser.add_argument(
+        "--overwrite", action="store_true", help="replace the rows of an earlier run in --out (removed before playing)"
+    )
+    parser.add_argument(
         "--progress",
         action=argparse.BooleanOptionalAction,
         default=argparse.SUPPRESS,  # neither flag: bars only when stderr is a terminal
@@ -95,26 +105,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # ----- saved agents ---------------------------------------------------------------------------------------
-def saved_agent(path: str) -> dict[str, Any]:
-    """A saved agent's agent.json, read by the package's reader (every file checked against the manifest first)
-    before anything is played: one readable line when it is not sound."""
+def saved_agent(path: str) -> tuple[dict[str, Any], str]:
+    """A saved agent's agent.json and fingerprint (the SHA-256 of its manifest, which lists every file's digest:
+    the same agent, byte for byte), read by the package's reader (every file checked against the manifest first)
+    before anything is played: one readable line when it is not sound. A folder or a ``.zip`` of one."""
     from agents import checkpoint
 
     folder = Path(path)
     try:
-        return checkpoint.read_agent(folder)
+        return checkpoint.read_saved(folder)
     except (OSError, ValueError) as err:
-        hint = "; train.py writes <save-dir>/final" if not (folder / checkpoint.AGENT_FILE).is_file() else ""
+        bare = folder.is_dir() and not (folder / checkpoint.AGENT_FILE).is_file()
+        hint = "; train.py writes <save-dir>/final" if bare or not folder.exists() else ""
         fail(f"{err}".splitlines()[0] + hint)
-
-
-def fingerprint(path: str) -> str:
-    """SHA-256 of the saved agent's manifest (which lists every file's digest): the same agent, byte for byte."""
-    from agents.checkpoint import AGENT_FILE, MANIFEST_FILE
-
-    folder = Path(path)
-    file = folder / MANIFEST_FILE if (folder / MANIFEST_FILE).is_file() else folder / AGENT_FILE
-    return hashlib.sha256(file.read_bytes()).hexdigest()
 
 
 def _agent_label(meta: dict[str, Any], path: str) -> str:
@@ -188,29 +191,34 @@ def warn(message: str) -> None:
 
 
 # ----- playing a row ----------------------------------------------------------------------------------------
-def evaluate_agent(path: str, env_id: str, env_kwargs: dict[str, Any], args: argparse.Namespace, bar) -> dict:
+def evaluate_agent(
+    path: str, meta: dict[str, Any], env_id: str, env_kwargs: dict[str, Any], args: argparse.Namespace, bar
+) -> dict:
+    """The agent at ``path`` (``meta``: its agent.json) played on the panel."""
     from agents.evaluation import panel_progress
     from agents.gagpo import GAGPOAgent
 
+    # The agent's own env (and any wrappers it was trained with) when the panel is on it; else it is loaded on the
+    # panel's env. Either way its training env is not made (its data, e.g. a train split, need not be here).
+    saved_id = meta.get("env_id")
+    own = saved_id is not None and _bare(saved_id) == _bare(env_id) and meta.get("env_kwargs") == env_kwargs
+    panel_env = {} if own else {"env": env_id, "env_kwargs": env_kwargs}
     # Playing needs no KL reference: none is built (nor its source looked for).
-    agent = GAGPOAgent.load(path, verbose=0, torch_threads=1, kl_coef=0.0)
-    # The agent's own env (and any wrappers it was trained with) when the panel is on it; else the one given.
-    own = agent.env_id is not None and _bare(agent.env_id) == _bare(env_id) and agent.env_kwargs == env_kwargs
+    agent = GAGPOAgent.load(path, **panel_env, verbose=0, torch_threads=1, kl_coef=0.0)
     bar.set_description(bar.description.removesuffix(" (loading)"))
     bar.restart_clock()
-    with panel_progress(bar.advance):
-        metrics = agent.evaluate(
-            None if own else env_id,
-            n_tasks=args.n_tasks,
-            deterministic=not args.sampled,
-            batch_size=args.batch_size,
-            seed_offset=args.seed_offset,
-            env_kwargs=None if own else env_kwargs,
-            episodes=True,
-            workers=args.workers,
-        )
-    agent.env.close()
-    return metrics
+    try:
+        with panel_progress(bar.advance):
+            return agent.evaluate(
+                n_tasks=args.n_tasks,
+                deterministic=not args.sampled,
+                batch_size=args.batch_size,
+                seed_offset=args.seed_offset,
+                episodes=True,
+                workers=args.workers,
+            )
+    finally:
+        agent.close()
 
 
 def evaluate_reference(kind: str, env_id: str, env_kwargs: dict[str, Any], args: argparse.Namespace, bar) -> dict:
@@ -251,6 +259,34 @@ def previous_rows(out: Path, settings: dict[str, Any]) -> dict[tuple, dict[str, 
     }
 
 
+@contextlib.contextmanager
+def claim_out(out: Path | None, args: argparse.Namespace) -> Iterator[None]:
+    """Hold ``out`` for this run: a second run into it is refused while this one lives (an exclusive ``flock`` on
+    the folder, let go when the run ends however it ends), and an earlier run's files are kept (``--resume``),
+    replaced (``--overwrite``: removed now) or refused: the files never hold two runs' rows."""
+    if out is None:
+        yield
+        return
+    fd = os.open(out, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fail(f"another eval.py run is writing to --out {out}: wait for it to end, or give another --out")
+        earlier = [out / name for name in (EVAL_JSON, EVAL_CSV) if (out / name).is_file()]
+        if earlier and args.overwrite:
+            for file in earlier:
+                file.unlink()
+        elif earlier and not args.resume:
+            fail(
+                f"--out {out} holds an earlier run's {earlier[0].name}: --resume adds this run's rows to it (same "
+                "settings), --overwrite replaces it, or give another --out"
+            )
+        yield
+    finally:
+        os.close(fd)  # lets go of the lock
+
+
 def write_out(out: Path, payload: dict[str, Any]) -> None:
     """eval.csv, then eval.json (the file that says what is finished), each all or nothing."""
     write_csv(out / EVAL_CSV, payload["table"])
@@ -268,8 +304,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(args: argparse.Namespace, progress: dict[str, Any]) -> int:
-    from agents.callbacks import ProgressBar
-
     if args.n_tasks < 1 or args.batch_size < 1:
         fail(f"--n-tasks and --batch-size must be >= 1, got {args.n_tasks} and {args.batch_size}")
     if args.workers < 0:
@@ -278,8 +312,19 @@ def _main(args: argparse.Namespace, progress: dict[str, Any]) -> int:
         fail(f"give one --name per --agent ({len(args.agent)} agents, {len(args.name)} names)")
     if args.resume and not args.out:
         fail("--resume needs --out (the folder whose eval.json holds the finished rows)")
+    if args.resume and args.overwrite:
+        fail("--resume keeps the rows in --out and --overwrite replaces them: give one of them")
     out = check_writable(args.out) if args.out else None  # before anything is played
-    metas = {path: saved_agent(path) for path in args.agent}
+    with claim_out(out, args):
+        return _play(args, out, progress)
+
+
+def _play(args: argparse.Namespace, out: Path | None, progress: dict[str, Any]) -> int:
+    """Every row of the table, each written to ``out`` as it finishes (:func:`claim_out` holds the folder)."""
+    from agents.callbacks import ProgressBar
+
+    saved = {path: saved_agent(path) for path in args.agent}
+    metas = {path: meta for path, (meta, _) in saved.items()}
     env_id, env_kwargs = choose_env(args, metas)
     has_expert, expert_label = probe_env(env_id, env_kwargs)
     if not (args.agent or args.expert or args.random):
@@ -289,7 +334,7 @@ def _main(args: argparse.Namespace, progress: dict[str, Any]) -> int:
 
     # (row label, saved agent path or reference policy kind, agent fingerprint)
     entries = [
-        (args.name[k] if args.name else _agent_label(metas[path], path), path, fingerprint(path))
+        (args.name[k] if args.name else _agent_label(metas[path], path), path, saved[path][1])
         for k, path in enumerate(args.agent)
     ]
     entries += [(label, kind, None) for label, kind, wanted in
@@ -300,9 +345,7 @@ def _main(args: argparse.Namespace, progress: dict[str, Any]) -> int:
 
     panel = f"tasks {args.seed_offset}..{args.seed_offset + args.n_tasks - 1}"
     settings = {"env": env_id, "env_kwargs": env_kwargs, **{k: getattr(args, k) for k in SETTINGS}}
-    reuse = previous_rows(out, settings) if args.resume else {}
-    if out is not None and not args.resume and (out / EVAL_JSON).is_file():
-        warn(f"{out / EVAL_JSON} exists: its rows are replaced as this run's rows finish (--resume keeps them)")
+    reuse = previous_rows(out, settings) if out is not None and args.resume else {}
 
     kind = table_kind(env_id)
     done: dict[str, dict[str, Any]] = {}  # label -> {"row", "result"}, in the order they finish
@@ -339,7 +382,7 @@ def _main(args: argparse.Namespace, progress: dict[str, Any]) -> int:
             if digest is None:
                 metrics = evaluate_reference(source, env_id, env_kwargs, args, bar)
             else:
-                metrics = evaluate_agent(source, env_id, env_kwargs, args, bar)
+                metrics = evaluate_agent(source, metas[source], env_id, env_kwargs, args, bar)
         except Exception as err:  # one row's failure must not lose the others
             bar.close()  # before the message (closing twice is fine)
             message = f"{type(err).__name__}: {err}".splitlines()[0]

@@ -256,11 +256,12 @@ def test_eval_writes_each_row_names_a_failing_one_and_resumes(user_envs, tmp_pat
     assert code == 2 and "was written with other settings (n_tasks 5 -> 6)" in stderr
 
 
-def test_eval_without_resume_replaces_the_rows_and_says_so(tmp_path):
+def test_eval_without_resume_refuses_an_earlier_runs_rows_unless_told_to_replace_them(tmp_path):
     args = ["--env", "gagpo_gym/Maze-v0", "--env-kwargs", TINY_MAZE, "--n-tasks", "3", "--random", "--out"]
     assert call("eval", *args, str(tmp_path))[0] == 0
     code, _, stderr = call("eval", *args, str(tmp_path))
-    assert code == 0 and "its rows are replaced as this run's rows finish (--resume keeps them)" in stderr
+    assert code == 2 and "holds an earlier run's eval.json: --resume adds this run's rows to it" in stderr
+    assert call("eval", *args, str(tmp_path), "--overwrite")[0] == 0
 
 
 def test_eval_on_a_damaged_agent_is_one_line(tmp_path):
