@@ -27,6 +27,37 @@ RESULTS = ROOT / "results"
 KEYS = {"question", "command", "headline", "report"}
 #: Folders of results/ that are no study of their own (the committed models, listed apart).
 NOT_STUDIES = ("agents",)
+#: What results/ may weigh (tests/test_results_policy.py holds the working tree to it): the whole folder, one file,
+#: one committed agent folder, in bytes. About 12%, 20% and 20% above what they weigh now; a study that needs more
+#: keeps its bulk out of the repository (the command that rebuilds it is recorded) rather than raising them.
+FOLDER_BUDGET = 85_000_000
+FILE_BUDGET = 3_000_000
+AGENT_BUDGET = 2_500_000
+#: The one file of a saved agent that only resuming its run reads (agents.checkpoint.OPTIMIZER_FILE).
+OPTIMIZER_FILE = "optimizer.pt"
+
+
+def policy_lines() -> list[str]:
+    """The section of results/README.md that says what results/ holds (tests/test_results_policy.py enforces it)."""
+    mb = 1e6
+    return [
+        "## What results/ holds",
+        "",
+        "- A study's record: its report, the data its tables and plots are made from (runs.json, CSV, JSON), its",
+        "  plots and its `study.yaml`. Not its working files: checkpoints go to the ignored `runs/`.",
+        "- Committed agents (`agents/`): only those a page or the README names, a report links, a benchmark setup",
+        "  fine-tunes (`prior_path`) or a study's script reads (`scripts/alfworld_compare.py` takes each run's final",
+        "  agent as the record that the run is trained, and evaluates from it). Each is saved for playing: model,",
+        f"  tokenizer, config, RNG state and manifest, no optimizer state (`{OPTIMIZER_FILE}`: only resuming a run",
+        "  reads it; `agents.checkpoint.drop_optimizer_state` makes the copy, `GAGPOAgent.load` plays it and refuses",
+        "  to train it, naming why). Every other agent is rebuilt by the command its study records.",
+        f"- Budgets (`tests/test_results_policy.py`): the folder {FOLDER_BUDGET / mb:g} MB, one file "
+        f"{FILE_BUDGET / mb:g} MB, one agent {AGENT_BUDGET / mb:g} MB.",
+        f"- The agents' `{OPTIMIZER_FILE}` files were dropped after some evaluations were written: a `fingerprint`",
+        "  recorded before (the SHA-256 of the agent's manifest) names the agent with that file; the digests of its",
+        "  weights in the manifest are unchanged.",
+        "",
+    ]
 
 
 def read_study(folder: Path) -> list[dict[str, str]]:
@@ -97,6 +128,7 @@ def render() -> str:
         "Commands that a report did not record are rebuilt from the settings it lists; defaults changed since some",
         "runs, so an old study's numbers may move when it is run again.",
         "",
+        *policy_lines(),
         "## Committed agents (`agents/`)",
         "",
         "Warm-start priors and saved agents, each loading as the tests load it (`agents/README.md` tells how each",
