@@ -165,7 +165,7 @@ def eval_rows(args: argparse.Namespace, work: Path, out: Path, split: str, rows:
         command = [
             sys.executable, str(ROOT / "scripts" / "eval.py"), "--env", env, "--env-kwargs", json.dumps(kwargs),
             "--n-tasks", str(n_tasks), "--seed-offset", str(offset), "--batch-size", "8", "--workers",
-            str(args.workers), "--out", str(folder),
+            str(args.workers), "--out", str(folder), "--overwrite",  # a row not kept by --resume is played anew
         ]  # fmt: skip
         if row in sources:
             command += ["--agent", str(sources[row]), "--name", row]
