@@ -7,6 +7,10 @@ containers only: loaded with ``weights_only=True``), ``rng.safetensors``, ``agen
 the source record) and ``manifest.json``. :func:`write_agent` and :func:`restore_state` are what
 :meth:`agents.gagpo.GAGPOAgent.save` and ``load`` call.
 
+``optimizer.pt`` is what resuming needs and playing does not: a copy kept to play (the committed agents of
+``results/agents/``) leaves it out of the folder and of its manifest, and loads and plays as the full checkpoint
+does; training it refuses with one error (:func:`restore_state`). A file the manifest does not list is never read.
+
 A save goes to a fresh folder beside the target and takes the target's name only once every file and the manifest
 are written, so an interrupted save leaves the previous checkpoint whole, and no file of an earlier save survives
 into the new one. Loading checks every file against the manifest first and names the first one that is missing,
@@ -24,6 +28,7 @@ import os
 import re
 import shutil
 import tempfile
+import weakref
 import zipfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -41,6 +46,8 @@ MANIFEST_FILE = "manifest.json"
 REFERENCE_FILE = "reference.safetensors"
 #: A prompt template read from a file, kept with the agent (its config names the file it came from).
 TEMPLATE_FILE = "prompt_template.txt"
+#: The optimizer state: needed to resume a run, not to play; a play-only copy's manifest does not list it.
+OPTIMIZER_FILE = "optimizer.pt"
 #: The format of the files a save writes, in ``agent.json``'s ``format``; a folder without one is format 1.
 #: Adding a GAGPOConfig field bumps it and gives the field's value for the older formats in :data:`MIGRATIONS`.
 FORMAT = 2
@@ -237,7 +244,8 @@ def write_agent(folder: Path, agent: Any, core_state: dict | None, optimizer_sta
     template = agent.prompts.template
     if template is not None and template.name not in TEMPLATES:
         (folder / TEMPLATE_FILE).write_text(template.text(), encoding="utf-8")
-    torch.save(optimizer_state, folder / "optimizer.pt")
+    if play_only_reason(agent) is None:  # a play-only agent has no run's state to save: its copies stay play-only
+        torch.save(optimizer_state, folder / OPTIMIZER_FILE)
     boundary = agent.boundary
     save_file({"torch": boundary["torch_rng"]}, folder / "rng.safetensors")
     meta = {
@@ -313,18 +321,74 @@ def saved_config(meta: dict[str, Any], where: Path | str, overrides: dict[str, A
     return values
 
 
+def lists_optimizer(folder: Path) -> bool:
+    """Whether the saved agent's manifest lists its optimizer state (after :func:`verify`: then the file is there)."""
+    return OPTIMIZER_FILE in json.loads((folder / MANIFEST_FILE).read_text())
+
+
+def drop_optimizer_state(folder: Path) -> bool:
+    """Make a saved agent folder a play-only copy: its optimizer state leaves the folder and the manifest (every
+    other file checked first, the others' digests unchanged). False when it had none. What ``results/agents/``
+    commits: the optimizer state is the largest file of a small agent and only resuming its run reads it."""
+    verify(folder)
+    manifest = json.loads((folder / MANIFEST_FILE).read_text())
+    if manifest.pop(OPTIMIZER_FILE, None) is None:
+        return False
+    (folder / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2))
+    (folder / OPTIMIZER_FILE).unlink()
+    return True
+
+
+#: The agents loaded from a copy without optimizer state after training had begun, each with the one line that
+#: refuses to train it (weak keys: an agent's entry goes with it).
+PLAY_ONLY: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+
+
+def play_only_reason(agent: Any) -> str | None:
+    """Why ``agent`` cannot train (it was loaded without the optimizer state of its run), or None when it can."""
+    return PLAY_ONLY.get(agent)
+
+
+def refuse_training(agent: Any, folder: Path, meta: dict[str, Any]) -> None:
+    """Mark ``agent`` play-only: its first optimizer step raises one RuntimeError saying why and what to do.
+
+    A fresh AdamW would silently restart the run's moment estimates and step counts: a resumed run that is not the
+    run it continues. Playing, evaluating and saving (a copy that stays play-only) are unaffected."""
+    reason = (
+        f"saved agent at {folder} carries no optimizer state ({OPTIMIZER_FILE} is not in its {MANIFEST_FILE}: a copy "
+        f"kept for playing, after {meta['num_timesteps']} env steps of training): it plays and evaluates, but cannot "
+        "train on; resume from a checkpoint of its run that has the file, or start a new run from its weights "
+        f"(GAGPOAgent(env, model='{folder / 'model'}'))"
+    )
+    PLAY_ONLY[agent] = reason
+    optimizer = agent.optimizer
+    inner = optimizer if isinstance(optimizer, torch.optim.Optimizer) else getattr(optimizer, "optimizer", optimizer)
+
+    def refuse(*_: Any) -> None:
+        raise RuntimeError(reason)
+
+    inner.register_step_pre_hook(refuse)
+
+
 def restore_state(agent: Any, folder: Path, meta: dict[str, Any]) -> None:
-    """What an agent built from a saved folder still lacks: value head, optimizer state, counters, RNG states."""
+    """What an agent built from a saved folder still lacks: value head, optimizer state, counters, RNG states.
+
+    Without an optimizer state in the manifest, an agent saved before any update starts with the fresh optimizer,
+    which is its state; one saved after training plays, and refuses to train (:func:`refuse_training`)."""
     if agent.policy.value_head is not None:
         agent.policy.value_head.load_state_dict(load_file(folder / "value_head.safetensors"))
-    saved_format = meta.get("optimizer_format", "indices")
-    if saved_format != optimizer_format(agent.dist.sharded):
-        raise ValueError(
-            f"saved agent at {folder} has an optimizer state saved {'with' if saved_format == 'names' else 'without'}"
-            " FSDP: resume it with the same fsdp setting (or start a fresh optimizer with a new agent)"
-        )
-    optimizer_state = torch.load(folder / "optimizer.pt", weights_only=True)
-    agent.dist.load_optimizer_state(agent.policy.core, agent.optimizer, optimizer_state)
+    if lists_optimizer(folder):
+        saved_format = meta.get("optimizer_format", "indices")
+        if saved_format != optimizer_format(agent.dist.sharded):
+            raise ValueError(
+                f"saved agent at {folder} has an optimizer state saved "
+                f"{'with' if saved_format == 'names' else 'without'} FSDP: resume it with the same fsdp setting (or "
+                "start a fresh optimizer with a new agent)"
+            )
+        optimizer_state = torch.load(folder / OPTIMIZER_FILE, weights_only=True)
+        agent.dist.load_optimizer_state(agent.policy.core, agent.optimizer, optimizer_state)
+    elif meta["iteration"] > 0:
+        refuse_training(agent, folder, meta)
     agent.num_timesteps, agent.iteration = meta["num_timesteps"], meta["iteration"]
     agent.rng.bit_generator.state = meta["numpy_rng"]
     torch.set_rng_state(load_file(folder / "rng.safetensors")["torch"])
