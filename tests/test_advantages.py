@@ -435,6 +435,62 @@ def test_episode_coef_adds_grpo_to_the_normalised_advantage(layout, normalize, e
 
 
 # ---------------------------------------------------------------------------------------------------------
+# GiGPO's invalid-action penalties (verl-agent's trainer; the agreement itself is in test_rivals.py)
+# ---------------------------------------------------------------------------------------------------------
+
+
+@settings(max_examples=150, **PROFILE)
+@given(layout=layouts(), gamma=UNIT, std_norm=st.booleans(), episode_stats=st.sampled_from(["episodes", "rows"]))
+def test_gigpo_zero_penalties_change_nothing(layout, gamma, std_norm, episode_stats):
+    d = base(assemble(*layout), "rewards", "episode_index", "group_index", "state_keys")
+    options = dict(gamma=gamma, std_norm=std_norm, episode_stats=episode_stats)
+    plain = gigpo_advantages(**d, **options)
+    assert np.array_equal(gigpo_advantages(**d, **options, penalties=np.zeros(d["rewards"].size)), plain)
+
+
+@settings(max_examples=150, **PROFILE)
+@given(layout=layouts(), gamma=UNIT, data=st.data())
+def test_gigpo_penalties_reach_only_their_own_rows(layout, gamma, data):
+    """Without division: the step return and episode score lose the row's own penalty, nothing else moves.
+
+    The penalised rewards with their penalties give the same advantages as the penalty-free rewards with the
+    penalty subtracted from each row's own scores, so penalising a row shifts its step term by -p against its
+    (group, state) set's mean and its episode term by -p against the group's.
+    """
+    episodes, container = layout
+    d = base(assemble(episodes, container), "rewards", "episode_index", "group_index", "state_keys")
+    n = d["rewards"].size
+    pen = np.array(data.draw(st.lists(st.sampled_from([0.0, 0.1, 0.5]), min_size=n, max_size=n)))
+    free = gigpo_advantages(**d, gamma=gamma, std_norm=False, episode_stats="rows")
+    charged = gigpo_advantages(
+        **(d | {"rewards": d["rewards"] - pen}), gamma=gamma, std_norm=False, episode_stats="rows", penalties=pen
+    )
+    grp, keys = d["group_index"], np.asarray(d["state_keys"]).astype(str)
+    shift = np.zeros(n)
+    for i in range(n):
+        same_set = (grp == grp[i]) & (keys == keys[i])
+        same_group = grp == grp[i]
+        if same_set.sum() > 1:
+            shift[i] -= pen[i] - pen[same_set].mean()
+        if same_group.sum() > 1:
+            shift[i] -= pen[i] - pen[same_group].mean()
+    assert_allclose(charged, free + shift, **TOL)
+
+
+def test_gigpo_episode_statistics_give_every_episode_one_vote():
+    """Scores (0, -0.1 | 0): rows weigh 1/2, 1/2 | 1; mean -0.025, variance (0.025^2 + 0.075^2) / 2 + 0.025^2."""
+    d = assemble([Episode(1, 0, ["a", "b"], [0.0, -0.1], True, "x"), Episode(2, 0, ["c"], [0.0], True, "y")])
+    d = base(d, "rewards", "episode_index", "group_index", "state_keys")
+    pen = np.array([0.0, 0.1, 0.0])
+    std = math.sqrt((0.025**2 + 0.075**2) / 2 + 0.025**2)
+    A = gigpo_advantages(**d, penalties=pen, eps=1e-12)  # every state once: no step term
+    assert_allclose(A, [0.025 / std, -0.075 / std, 0.025 / std], atol=1e-9)
+    # Read as part of the return, the penalty blames episode 1's rows alike: GRPO on (-0.1, 0).
+    half = 1 / math.sqrt(2)
+    assert_allclose(gigpo_advantages(**d, eps=1e-12), [-half, -half, half], atol=1e-9)
+
+
+# ---------------------------------------------------------------------------------------------------------
 # Hash factorisation of the (group, key) pairs stays exact when hashes collide
 # ---------------------------------------------------------------------------------------------------------
 
@@ -599,6 +655,8 @@ def test_argument_errors(name, changes, message):
         ("gagpo", {"episode_coef": np.nan}, "episode_coef must be a finite number, got nan"),
         ("gagpo", {"episode_coef": "1"}, "episode_coef must be a finite number"),
         ("gigpo", {"episode_stats": "steps"}, "episode_stats must be 'episodes' or 'rows'"),
+        ("gigpo", {"penalties": np.zeros(4)}, "penalties must be 5 finite numbers"),
+        ("gigpo", {"penalties": np.full(5, np.nan)}, "penalties must be 5 finite numbers"),
         ("gae", {"last_values": np.zeros(4)}, "last_values has length 4, expected 5"),
         ("gae", {"last_values": np.full(5, np.nan)}, "last_values contain NaN"),
     ],

@@ -212,6 +212,58 @@ def test_an_invalid_step_is_charged_to_its_own_row(name):
     assert_allclose(extra[name](), [third, -2 * third, third], atol=1e-4)  # eps = 1e-6 against std 0.058
 
 
+def _alfworld_like_groups(rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """1-3 groups of 2-6 episodes of 1-7 steps over 5 states; reward 10 on success (p 0.4); 30% invalid actions."""
+    rows = []
+    for g in range(rng.integers(1, 4)):
+        for _ in range(rng.integers(2, 7)):
+            episode, length, won = len({row[1] for row in rows}), rng.integers(1, 8), rng.random() < 0.4
+            for t, key in enumerate(rng.integers(0, 5, size=length)):
+                last = t == length - 1
+                rows.append((g, episode, int(key), 10.0 * (last and won), rng.random() < 0.3, last and won, last))
+    names = ("group", "episode", "key", "env_reward", "invalid", "success", "last")
+    out = {name: np.array(column) for name, column in zip(names, zip(*rows, strict=True), strict=True)}
+    out["next_key"] = np.where(out["last"], -1, np.r_[out["key"][1:], -1])
+    return out
+
+
+def _agreement(name: str, c: dict[str, np.ndarray], charged: bool) -> float:
+    """Largest |ours - published| on one case; ours called as the buffer calls it (rewards carry the penalty)."""
+    pen = PENALTY * c["invalid"]
+    args = (c["env_reward"] - pen, c["episode"], c["group"], c["key"])
+    kw = {"penalties": pen if charged else None}
+    anchor, index, traj = list(c["key"]), c["group"], c["episode"]
+    returns = {e: c["env_reward"][traj == e].sum() for e in np.unique(traj)}
+    episode_rewards = np.array([returns[e] for e in traj])
+    step_returns = step_discounted_returns(c["env_reward"], traj, 0.95)
+    row_scores, step_returns = apply_invalid_action_penalty(episode_rewards, step_returns, c["invalid"], PENALTY)
+    if name == "gigpo":
+        ours = gigpo_advantages(*args, episode_stats="rows", **kw)
+        ref = ref_gigpo(step_returns, row_scores, anchor, index, mode="mean_std_norm")
+    elif name == "hgpo":
+        ours = hgpo_advantages(*args, history=2, base_group=True, **kw)
+        ref = ref_hgpo(step_returns, row_scores, anchor, index, traj, 2, base_group=True)
+    elif name == "graphgpo":
+        ours = graphgpo_advantages(*args, c["next_key"], c["success"], **kw)
+        next_obs = [GOAL if won else k for k, won in zip(list(c["next_key"]), c["success"], strict=True)]
+        ref = ref_graphgpo(anchor, next_obs, index, traj, row_scores, c["invalid"])
+    else:
+        ours = g2po_advantages(*args, c["success"], **kw)
+        ref = ref_g2po(episode_rewards, row_scores, anchor, index, traj, c["invalid"])
+    return float(np.max(np.abs(ours - ref)))
+
+
+@pytest.mark.parametrize("name", ["gigpo", "hgpo", "graphgpo", "g2po"])
+def test_agreement_table_with_invalid_actions(name):
+    """docs/rivals.md's table: 300 seeded cases (those with an invalid action count), the published trainers'
+    inputs against the buffer's call, with the penalties charged (agreement) and read as rewards (the old gap)."""
+    rng = np.random.default_rng(59)
+    cases = [c for c in (_alfworld_like_groups(rng) for _ in range(300)) if c["invalid"].any()]
+    assert (len(cases), sum(c["key"].size for c in cases)) == (295, 9241)
+    assert max(_agreement(name, c, charged=True) for c in cases) < 1e-12
+    assert max(_agreement(name, c, charged=False) for c in cases) > 1.0
+
+
 def d_without(d: dict, *names: str) -> dict:
     return {k: v for k, v in d.items() if k not in names}
 
