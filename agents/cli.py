@@ -56,13 +56,20 @@ def parse_json_kwargs(text: str | None, flag: str = "--env-kwargs") -> dict[str,
 
 
 def check_env_kwargs(env_id: str, env_kwargs: dict[str, Any]) -> None:
-    """Build the env once so that a bad constructor argument is reported before any work starts."""
+    """Build the env once so that a bad constructor argument, missing data (an absent ALFWorld split) or a missing
+    extra is reported in the env's own one line before any work starts, not as a traceback."""
     from agents.env_spec import make_env
 
     try:
         make_env(env_id, env_kwargs, None).close()
-    except (TypeError, ValueError) as err:
-        fail(f"cannot make {env_id} with {env_kwargs}: {err}")
+    except (TypeError, ValueError, OSError, ImportError) as err:
+        fail(f"cannot make {env_id} with {env_kwargs}: {first_line(err)}")
+
+
+def first_line(err: BaseException) -> str:
+    """An exception's message, first line only (what ``error: ...`` shows); its type where the message is empty."""
+    lines = str(err).strip().splitlines()
+    return lines[0] if lines else type(err).__name__
 
 
 def check_writable(folder: str | Path, flag: str = "--out") -> Path:

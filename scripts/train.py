@@ -16,6 +16,9 @@ are printed and, with ``--save-dir``, written to ``<dir>/run.json`` before train
 Checkpoints are SB3-style (a callback saving every ``--checkpoint-freq`` env steps); logs go to stdout and, with
 ``--log-dir``, to CSV, JSON and TensorBoard (when installed). ``--progress-bar`` draws a bar on stderr (env steps
 done / total, time left, steps/s). Ctrl-C ends with one line naming the last checkpoint, and exit code 130.
+SIGTERM (a cluster's preemption, ``timeout``) ends the same way, with exit code 143, after saving the agent at its
+last iteration boundary into ``<save-dir>/checkpoints`` (an update under way is finished first). An env that raises
+ends with its own traceback, one line naming the env, task, seed and step, and the agent saved the same way.
 """
 
 from __future__ import annotations
@@ -23,10 +26,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
+import threading
 import time
+import traceback
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
+
+from stable_baselines3.common.callbacks import BaseCallback
 
 from agents.cli import (
     add_config_arguments,
@@ -34,6 +42,7 @@ from agents.cli import (
     check_writable,
     config_overrides,
     fail,
+    first_line,
     interrupted,
     parse_json_kwargs,
     resolve_env_id,
@@ -41,6 +50,7 @@ from agents.cli import (
 )
 from agents.recipes import load_recipe, recipe_names
 from agents.reporting import results_table, table_kind, table_legend, table_row
+from wrappers.grouped_vector_env import SubEnvError
 
 DEFAULT_TIMESTEPS = 20_000
 
@@ -153,14 +163,120 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(recipe_names()))
         return 0
     args.total_timesteps, args.until = getattr(args, "total_timesteps", None), getattr(args, "until", None)
-    state: dict[str, Any] = {"agent": None, "checkpoint": None, "resumed": None, "recipe": recipe, "lock": None}
+    state: dict[str, Any] = {
+        "agent": None, "checkpoint": None, "resumed": None, "recipe": recipe, "lock": None, "save_dir": args.save_dir,
+        "terminated": False, "final": None, "start_steps": 0,
+    }  # fmt: skip
+    main_thread = threading.current_thread() is threading.main_thread()  # where Python lets a handler be set
+    previous = signal.signal(signal.SIGTERM, sigterm_handler(state)) if main_thread else None
     try:
         return _main(args, names, state)
     except KeyboardInterrupt:
+        if state["terminated"]:
+            terminated(state)
         interrupted(resume_hint(state))
+    except SubEnvError as err:
+        if state["terminated"]:  # a worker the same SIGTERM ended (`timeout` signals the whole group)
+            terminated(state)
+        env_failed(err, state)
+    except Exception:
+        if state["terminated"]:
+            terminated(state)
+        raise
     finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
         if state["lock"] is not None:
             os.close(state["lock"])  # the save dir's lock (claim_save_dir)
+
+
+# ----- SIGTERM and failing envs: stop, save at the boundary, say how to resume ---------------------------------
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where Ctrl-C raises KeyboardInterrupt: what unwinds a rollout unwinds it too (its steps are
+    dropped, the agent stays at its last iteration boundary)."""
+
+
+def sigterm_handler(state: dict[str, Any]) -> Any:
+    """SIGTERM stops the run as Ctrl-C does, except inside an update (weights between two boundaries, which no save
+    can hold): there it is noted and :class:`StopOnSigterm` stops the run when the next rollout starts. Only the
+    first signal counts: `timeout` signals the process and then its group."""
+
+    def handler(signum: int, frame: Any) -> None:
+        if state["terminated"]:
+            return
+        state["terminated"] = True
+        if state["agent"] is not None and state["agent"].boundary is None:
+            return  # inside an update: finished first
+        raise Terminated
+
+    return handler
+
+
+class StopOnSigterm(BaseCallback):
+    """Raises :class:`Terminated` when a rollout starts after a SIGTERM that came inside an update: the agent is at
+    a boundary again, which the save holds."""
+
+    def __init__(self, state: dict[str, Any]) -> None:
+        super().__init__()
+        self.state = state
+
+    def _on_rollout_start(self) -> None:
+        if self.state["terminated"]:
+            raise Terminated
+
+    def _on_step(self) -> bool:
+        return True
+
+
+def save_at_boundary(state: dict[str, Any]) -> str:
+    """Save the agent at its last iteration boundary into ``<save-dir>/checkpoints`` (unless this run's final save
+    or last checkpoint holds that boundary already); what was saved, and how to resume, in words."""
+    agent, save_dir = state["agent"], state["save_dir"]
+    if agent is None:
+        return "before the agent was built: nothing to save"
+    if not save_dir or int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        return resume_hint(state)  # nowhere to save (or a launch, whose ranks save together): the checkpoints made
+    # What a save holds: the boundary's count (a stop after a rollout, before its update, has counted its steps).
+    steps = agent.boundary["num_timesteps"] if agent.boundary is not None else agent.num_timesteps
+    if steps == state["start_steps"]:
+        return resume_hint(state)  # no iteration ended in this run: nothing new to save
+    name = f"agent_{steps}_steps"
+    last = state["checkpoint"].last_path if state["checkpoint"] is not None else None
+    path = state["final"] or (last if last is not None and Path(last).name == name else None)
+    if path is None:
+        path = Path(save_dir) / "checkpoints" / name
+        try:
+            agent.save(path)
+        except (OSError, RuntimeError) as err:
+            return f"{resume_hint(state)}; the agent could not be saved: {first_line(err)}"
+    return f"at {steps} env steps; saved {path} (resume with --resume {path} --save-dir {save_dir})"
+
+
+def terminated(state: dict[str, Any]) -> NoReturn:
+    """End a run stopped by SIGTERM: the agent saved at its boundary, one line, exit code 143 (128 + SIGTERM)."""
+    from agents.callbacks import ProgressBar
+
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM does not cut the save short
+    hint = save_at_boundary(state)
+    ProgressBar.close_all()
+    print(f"terminated (SIGTERM): {hint}", file=sys.stderr)
+    raise SystemExit(143)
+
+
+def env_failed(err: SubEnvError, state: dict[str, Any]) -> NoReturn:
+    """End a run whose env raised: the env's own traceback (where to fix it), then one line naming the env, the task,
+    its seed and the step, and the agent saved at its last boundary to resume from once the env is fixed."""
+    from agents.callbacks import ProgressBar
+
+    ProgressBar.close_all()
+    if err.__cause__ is not None:
+        traceback.print_exception(err.__cause__, file=sys.stderr)
+    agent = state["agent"]
+    if agent is not None:
+        agent.env.close()  # its worker processes end now, not at exit
+    print(f"error: {err}", file=sys.stderr)
+    print(f"stopped {save_at_boundary(state)}", file=sys.stderr)
+    raise SystemExit(1)
 
 
 def apply_recipe(parser: argparse.ArgumentParser, argv: list[str] | None) -> dict[str, Any] | None:
@@ -273,7 +389,7 @@ def _main(args: argparse.Namespace, names: list[str], state: dict[str, Any]) -> 
     env_kwargs = parse_json_kwargs(args.env_kwargs)
 
     from agents.callbacks import IterationCheckpoint, PanelEvaluation
-    from agents.checkpoint import AGENT_FILE, saved_config
+    from agents.checkpoint import saved_config
     from agents.env_spec import make_env
     from agents.gagpo import GAGPOAgent
 
@@ -285,12 +401,7 @@ def _main(args: argparse.Namespace, names: list[str], state: dict[str, Any]) -> 
     verbose = 0 if args.quiet else 1
     started = time.perf_counter()
     if args.resume:
-        if not (Path(args.resume) / AGENT_FILE).is_file():
-            fail(f"no saved agent at {args.resume} (expected {AGENT_FILE} inside)")
-        try:
-            saved = json.loads((Path(args.resume) / AGENT_FILE).read_text())
-        except (OSError, ValueError) as err:
-            fail(f"saved agent at {args.resume} is damaged: {AGENT_FILE} cannot be read ({type(err).__name__}: {err})")
+        saved = read_saved_agent(args.resume)
         try:
             config = saved_config(saved, args.resume, overrides)
         except ValueError as err:
@@ -299,6 +410,7 @@ def _main(args: argparse.Namespace, names: list[str], state: dict[str, Any]) -> 
         env: Any = None
         if args.env:
             env_id = resolve_env_id(args.env)
+            check_other_env(args, saved.get("env_id"), env_id)
             check_env_kwargs(env_id, env_kwargs)
             # An id keeps a module:id's module in the saved agent; a made env carries kwargs (its spec, no module).
             env = make_env(env_id, env_kwargs, None) if env_kwargs else env_id
@@ -307,7 +419,9 @@ def _main(args: argparse.Namespace, names: list[str], state: dict[str, Any]) -> 
         try:
             agent = GAGPOAgent.load(args.resume, env=env, verbose=verbose, log_dir=args.log_dir, **overrides)
         except (OSError, ValueError) as err:
-            fail(str(err).splitlines()[0])
+            fail(first_line(err))
+        except ImportError as err:
+            missing_extra(err, str(config.get("backend")))
         state["resumed"] = args.resume
         say(f"resumed {args.resume} at {agent.num_timesteps} env steps ({agent.env_id})")
     else:
@@ -316,7 +430,7 @@ def _main(args: argparse.Namespace, names: list[str], state: dict[str, Any]) -> 
         env_id = resolve_env_id(args.env)
         check_env_kwargs(env_id, env_kwargs)
         estimator = overrides.pop("estimator", "gagpo")
-        validated_config({"estimator": estimator, **overrides})
+        backend = validated_config({"estimator": estimator, **overrides}).backend
         if args.dry_run:
             return dry_run(args, env_id, env_kwargs, {"estimator": estimator, **overrides}, state["recipe"])
         try:
@@ -330,8 +444,10 @@ def _main(args: argparse.Namespace, names: list[str], state: dict[str, Any]) -> 
                 **overrides,
             )
         except (OSError, ValueError) as err:
-            fail(str(err).splitlines()[0])
-    state["agent"] = agent
+            fail(first_line(err))
+        except ImportError as err:
+            missing_extra(err, backend)
+    state["agent"], state["start_steps"] = agent, agent.num_timesteps
     settings = run_settings(args, agent.env_id, agent.env_kwargs, agent.config.to_dict(), state["recipe"])
     if state["recipe"]:
         say(describe(settings, state["recipe"]))
@@ -354,6 +470,7 @@ def _main(args: argparse.Namespace, names: list[str], state: dict[str, Any]) -> 
     panel = eval_panel(args, agent)
     if args.eval_freq:
         callbacks.append(PanelEvaluation(args.eval_freq, unit="iterations", verbose=verbose, **panel))
+    callbacks.append(StopOnSigterm(state))  # last: a checkpoint due at the same boundary is written first
     if more:
         agent.learn(
             more,
@@ -363,10 +480,13 @@ def _main(args: argparse.Namespace, names: list[str], state: dict[str, Any]) -> 
             reset_num_timesteps=not args.resume,
             max_iterations=args.iterations,
         )
+        if state["terminated"]:  # it came inside the last update: the run ends at its boundary
+            raise Terminated
         say(f"trained to {agent.num_timesteps} env steps in {time.perf_counter() - started:.0f}s")
     if args.save_dir:
         final = Path(args.save_dir) / "final"
         agent.save(final)
+        state["final"] = final
         say(f"saved: {final}")
     if args.eval_tasks:
         from agents.callbacks import ProgressBar
@@ -383,6 +503,49 @@ def _main(args: argparse.Namespace, names: list[str], state: dict[str, Any]) -> 
         say(f"\n{table_legend(kind)}")
     agent.env.close()
     return 0
+
+
+def read_saved_agent(path: str) -> dict[str, Any]:
+    """The ``agent.json`` of the agent ``--resume`` names: a folder, or a ``.zip`` of one (SB3's CheckpointCallback
+    saves ``<prefix>_<steps>_steps.zip``), or exit with one line saying what is wrong."""
+    from agents.checkpoint import AGENT_FILE, opened
+
+    try:
+        with opened(Path(path)) as folder:
+            if not (folder / AGENT_FILE).is_file():
+                fail(f"no saved agent at {path} (expected {AGENT_FILE} inside)")
+            try:
+                return json.loads((folder / AGENT_FILE).read_text())
+            except (OSError, ValueError) as err:
+                fail(f"saved agent at {path} is damaged: {AGENT_FILE} cannot be read ({type(err).__name__}: {err})")
+    except FileNotFoundError:
+        fail(f"no saved agent at {path} (a folder with {AGENT_FILE} inside, or a .zip of one)")
+    except ValueError as err:
+        fail(first_line(err))
+
+
+def check_other_env(args: argparse.Namespace, saved_env: str | None, env_id: str) -> None:
+    """``--resume`` with an ``--env`` other than the one the agent trained on: refused where the run would go on in
+    the saved agent's own save dir (its final agent, trained on the first env, would be replaced); elsewhere a
+    new run, said in a warning line."""
+    if not saved_env or saved_env == env_id:
+        return
+    if args.save_dir and Path(args.resume).resolve().is_relative_to(Path(args.save_dir).resolve()):
+        fail(
+            f"--resume {args.resume} trained on {saved_env}; --env {env_id} would continue that run on another env "
+            f"and replace its agents in --save-dir {args.save_dir}: pass another --save-dir to train it on {env_id} "
+            "as a new run, or leave --env out to continue on its own env"
+        )
+    if int(os.environ.get("RANK", "0")) == 0:
+        where = f" (a new run in {args.save_dir})" if args.save_dir else ""
+        print(f"warning: --resume {args.resume} trained on {saved_env}; now training it on {env_id}{where}",
+              file=sys.stderr)  # fmt: skip
+
+
+def missing_extra(err: ImportError, backend: str) -> NoReturn:
+    """An optional dependency the run needs is not installed: its one line, and for vLLM the way around it."""
+    hint = " (or pass --backend hf: the trainer samples itself, no vLLM needed)" if backend == "vllm" else ""
+    fail(first_line(err) + hint)
 
 
 def eval_panel(args: argparse.Namespace, agent: Any) -> dict[str, Any]:
@@ -441,7 +604,9 @@ def dry_run(
             prompts = prompt_builder(load_tokenizer(args.model), config)
         env = make_env(env_id, env_kwargs, text_wrapping(config))
     except (OSError, ValueError) as err:
-        fail(str(err).splitlines()[0])
+        fail(first_line(err))
+    except ImportError as err:
+        missing_extra(err, str(overrides.get("backend")))
     settings = run_settings(args, env_id, env_kwargs, config.to_dict(), recipe)
     print(describe(settings, recipe) if recipe else json.dumps(settings["run"]))
     print("\nconfig: " + json.dumps(settings["config"]))

@@ -179,11 +179,13 @@ def test_state_key_wrapper_names_the_env_and_the_way_out(register) -> None:
 
 def test_learn_on_an_env_without_state_key_says_what_to_do(register) -> None:
     from agents import GAGPOAgent
+    from wrappers.grouped_vector_env import SubEnvError
 
     env_id = gagpo_gym.register_text_env("KeylessLearn-v0", Keyless, max_episode_steps=3)
     small = {"num_groups": 1, "group_size": 2, "tiny_hidden_size": 32, "torch_threads": 1, "verbose": 0}
     try:
-        with pytest.raises(ValueError, match=r"KeylessLearn-v0 gives no info\['state_key'\].*'observation'"):
+        # The wrapper's ValueError, raised in a sub-env's reset: named with the sub-env's task seed, chained to it.
+        with pytest.raises(SubEnvError, match=r"KeylessLearn-v0 gives no info\['state_key'\].*'observation'"):
             GAGPOAgent(env_id, action_mode="choose", **small).learn(total_timesteps=2)
         GAGPOAgent(env_id, action_mode="choose", state_key="observation", **small).learn(total_timesteps=2)
     finally:

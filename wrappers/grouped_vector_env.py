@@ -4,8 +4,10 @@ A rollout group is ``group_size`` episodes of the same task: its members reset t
 A finished member is not stepped again, and needs no action, until the next :meth:`reset`; ``active`` says
 which members still need one. Sub-envs run in this process (``mode="sync"``) or in worker processes
 (``mode="async"``), each worker holding a slice of the sub-envs. Observations cross process boundaries as
-pickled Python strings (no shared memory). When a sub-env raises or a worker dies, the error names the sub-env, the
-worker, its pid and exit code, and the env refuses to step until the next reset, which restarts dead workers.
+pickled Python strings (no shared memory). When a sub-env raises, :class:`SubEnvError` names the env id, the sub-env,
+its group, task id and task seed, the step and the action, chained to the env's own exception (from a worker: its
+traceback's text); when a worker dies, the error names the worker, its pid and exit code. Either way the env refuses
+to step until the next reset, which restarts dead workers.
 Workers ignore Ctrl-C (SIGINT goes to the whole process group): the parent alone gets the ``KeyboardInterrupt``,
 so an interrupted run prints one traceback, not one per worker; a worker whose answer an interrupt left
 unread is restarted by the next reset.
@@ -17,7 +19,7 @@ import contextlib
 import multiprocessing as mp
 import signal
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -26,6 +28,44 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 
 EnvFactory = Callable[[], gym.Env]
 StepResult = tuple[str, float, bool, bool, dict]
+
+
+class SubEnvError(RuntimeError):
+    """A sub-env raised in reset, step or a call: the message names the env id, the sub-env, its group, task id and
+    task seed, the step and the action; ``__cause__`` is the env's own exception (or, from a worker process,
+    :class:`RemoteTraceback` holding its traceback). ``sub_env``, ``task_seed`` and ``step`` hold them too."""
+
+    def __init__(self, message: str, sub_env: int = -1, task_seed: int = -1, step: int = -1) -> None:
+        super().__init__(message)
+        self.sub_env, self.task_seed, self.step = sub_env, task_seed, step
+
+
+class RemoteTraceback(Exception):
+    """The traceback text of an exception raised in a worker process (the exception itself may not pickle): the
+    cause of its :class:`SubEnvError`, as ``concurrent.futures`` chains a worker's error."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.text = text
+
+    def __str__(self) -> str:
+        return f"\n{self.text.rstrip()}"
+
+
+class _Raised(Exception):
+    """A sub-env's exception on its way out of a backend: the sub-env's index, where it ran (``sub-env 3``, or
+    ``sub-env worker 1 (pid 42), sub-env 3``), ``Type: message`` and the other failures of the same call; its cause
+    is the exception."""
+
+    def __init__(self, index: int, where: str, summary: str, others: str = "") -> None:
+        super().__init__(summary)
+        self.index, self.where, self.summary, self.others = index, where, summary, others
+
+
+def _summary(err: BaseException) -> str:
+    """``Type: first line of the message`` of an env's exception."""
+    lines = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {lines[0]}" if lines else type(err).__name__
 
 
 def _call(env: gym.Env, name: str, args: tuple) -> Any:
@@ -38,13 +78,23 @@ class _InProcess:
     def __init__(self, env_fns: Sequence[EnvFactory]) -> None:
         self.envs = [fn() for fn in env_fns]
 
+    def _each(self, jobs: list[tuple[int, Any]], run: Callable[[gym.Env, Any], Any]) -> list[Any]:
+        out = []
+        for i, job in jobs:
+            try:
+                out.append(run(self.envs[i], job))
+            except Exception as err:  # the vector env names the sub-env's task and step, chained to this
+                raise _Raised(i, f"sub-env {i}", _summary(err)) from err
+        return out
+
     def reset(self, jobs: list[tuple[int, int | None]]) -> list[tuple[str, dict]]:
-        return [self.envs[i].reset(seed=seed) for i, seed in jobs]
+        return self._each(jobs, lambda env, seed: env.reset(seed=seed))
 
     def step(self, jobs: list[tuple[int, Any]]) -> list[StepResult]:
-        return [self.envs[i].step(action) for i, action in jobs]
+        return self._each(jobs, lambda env, action: env.step(action))
 
     def call(self, name: str, indices: list[int], args: tuple) -> list[Any]:
+        # The env's own exception: callers tell "no such method" (AttributeError, NotImplementedError) by its type.
         return [_call(self.envs[i], name, args) for i in indices]
 
     def close(self) -> None:
@@ -55,6 +105,8 @@ class _InProcess:
 def _worker(conn, parent_ends: list[Any], env_fns: list[EnvFactory]) -> None:
     # Ctrl-C is the parent's: it stops the run and closes (or, at exit, terminates) the workers.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # SIGTERM ends a worker (terminate() sends it), whatever handler a forked worker inherited from its parent.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     # The parent's ends of the pipes (this worker's, and under fork the earlier workers'): closed here, the parent
     # holds the last copy of each, so a parent that dies, even by SIGKILL, ends every worker's recv() with EOFError.
     for end in parent_ends:
@@ -75,8 +127,8 @@ def _worker(conn, parent_ends: list[Any], env_fns: list[EnvFactory]) -> None:
                     else:  # call: job is (method name, args)
                         out.append(_call(envs[local], *job))
                 conn.send(("ok", out))
-            except Exception:  # report, keep serving: the parent raises with the sub-env index and the traceback
-                conn.send(("error", (local, traceback.format_exc())))
+            except Exception as err:  # report, keep serving: the parent raises naming the sub-env's task and step
+                conn.send(("error", (local, _summary(err), traceback.format_exc())))
     except (EOFError, OSError):  # the parent is gone (its pipe ends closed): nobody will ask again
         pass
     finally:
@@ -136,6 +188,7 @@ class _WorkerProcesses:
             except OSError:  # BrokenPipeError and the like: the worker is gone
                 errors.append(self._died(w))
         out: list[Any] = [None] * len(jobs)
+        raised: list[tuple[int, int, str, str]] = []  # (sub-env, worker, summary, traceback) of each that raised
         self.unread.update(sent)  # until read: an interrupt (KeyboardInterrupt) in the wait leaves them unread
         for w in sent:
             try:
@@ -149,9 +202,13 @@ class _WorkerProcesses:
                 for p, r in zip(per_worker[w], result):
                     out[p] = r
             else:
-                local, trace = result
-                sub_env = "" if local is None else f", sub-env {local * self.n_workers + w}"
-                errors.append(f"{self._describe(w)}{sub_env} raised during {command}:\n{trace}")
+                local, summary, trace = result
+                raised.append((local * self.n_workers + w, w, summary, trace))
+        if raised:
+            index, w, summary, trace = min(raised)
+            others = [f"sub-env {i}: {s}" for i, _, s, _ in sorted(raised)[1:]] + errors
+            where = f"{self._describe(w)}, sub-env {index}"
+            raise _Raised(index, where, summary, "; ".join(others)) from RemoteTraceback(trace)
         if errors:
             raise RuntimeError("\n".join(errors))
         return out
@@ -254,6 +311,8 @@ class GroupedVectorEnv(VectorEnv):
         self.task_seeds = np.zeros(self.num_groups, dtype=np.int64)
         self.active = np.zeros(self.num_envs, dtype=bool)
         self._observations: list[str] = [""] * self.num_envs
+        self.episode_steps = np.zeros(self.num_envs, dtype=np.int64)  # steps taken in each sub-env's episode
+        self._task_ids: list[Any] = [None] * self.num_envs  # each sub-env's info["task_id"], for error messages
         self._sampler = np.random.default_rng()
         self._next_episode = 0
         self._failed = False  # a sub-env raised (or its worker died) in the last reset or step
@@ -283,12 +342,41 @@ class GroupedVectorEnv(VectorEnv):
         jobs = [(i, int(seeds[self.group_index[i]])) for i in range(self.num_envs)]
         infos: dict[str, Any] = {}
         self._failed = True
-        results = self.workers.reset(jobs)
+        self.episode_steps[:] = 0
+        self._task_ids = [None] * self.num_envs
+        with self._naming_failures("reset", {i: seed for i, seed in jobs}):
+            results = self.workers.reset(jobs)
         self._failed = False
         for i, (obs, info) in enumerate(results):
             self._observations[i] = obs
+            self._task_ids[i] = info.get("task_id") if isinstance(info, dict) else None
             infos = self._add_info(infos, info, i)
         return tuple(self._observations), infos
+
+    @contextlib.contextmanager
+    def _naming_failures(self, command: str, jobs: dict[int, Any]) -> Iterator[None]:
+        """Turn a sub-env's exception into a :class:`SubEnvError` that names the env, the sub-env's task and step."""
+        try:
+            yield
+        except _Raised as raised:
+            i = raised.index
+            group = int(self.group_index[i])
+            seed = int(self.task_seeds[group])
+            step = int(self.episode_steps[i]) + (command == "step")
+            if command == "step":
+                what = f"step {step} of its episode (action {str(jobs.get(i))[:200]!r})"
+            elif command == "reset":
+                what = f"reset(seed={seed})"
+            else:
+                what = f"{jobs.get(i)}() after step {step} of its episode"
+            env_id = self.spec.id if self.spec is not None else "env"
+            task = f"task {self._task_ids[i]!r}, " if self._task_ids[i] is not None else ""
+            others = f"; also {raised.others}" if raised.others else ""
+            raise SubEnvError(
+                f"{env_id}: {raised.where} raised during {what}: {raised.summary} (group {group}, {task}task seed "
+                f"{seed}){others}",
+                i, seed, step,
+            ) from raised.__cause__  # fmt: skip
 
     def draw_task_seeds(self, sampler: np.random.Generator, n: int) -> np.ndarray:
         """``n`` task seeds (from the task pool when there is one): what a reset without explicit seeds plays.
@@ -313,8 +401,10 @@ class GroupedVectorEnv(VectorEnv):
         truncated = np.zeros(self.num_envs, dtype=bool)
         infos: dict[str, Any] = {}
         self._failed = True
-        results = self.workers.step([(int(i), actions[i]) for i in idx])
+        with self._naming_failures("step", {int(i): actions[i] for i in idx}):
+            results = self.workers.step([(int(i), actions[i]) for i in idx])
         self._failed = False
+        self.episode_steps[idx] += 1
         for i, (obs, reward, term, trunc, info) in zip(idx, results):
             self._observations[i] = obs
             rewards[i], terminated[i], truncated[i] = reward, term, trunc
@@ -325,7 +415,8 @@ class GroupedVectorEnv(VectorEnv):
     def call(self, name: str, *args: Any, indices: Sequence[int] | None = None) -> tuple[Any, ...]:
         """Call ``env.unwrapped.<name>(*args)`` on the sub-envs (all, or ``indices``)."""
         indices = list(range(self.num_envs)) if indices is None else [int(i) for i in indices]
-        return tuple(self.workers.call(name, indices, args))
+        with self._naming_failures("call", dict.fromkeys(indices, name)):
+            return tuple(self.workers.call(name, indices, args))
 
     def close_extras(self, **kwargs: Any) -> None:
         self.workers.close()
