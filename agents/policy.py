@@ -224,8 +224,15 @@ class GenerateMode:
         return Evaluation(*self._forward(prompts, responses, core, entropy))
 
 
+def distinct_actions(actions: Sequence[str]) -> list[str]:
+    """Each action once, in first-listed order: the candidates choose mode scores. An env that lists an action twice
+    would otherwise give it twice its probability (and its duplicates' rows twice the gradient)."""
+    return list(dict.fromkeys(actions))
+
+
 class ChooseMode:
-    """A categorical choice among the admissible actions, scored by their sequence log-probs."""
+    """A categorical choice among the distinct admissible actions, scored by their sequence log-probs; ``chosen``
+    indexes the distinct list (:func:`distinct_actions`)."""
 
     def __init__(self, policy: LLMPolicy, score: str) -> None:
         if score not in ("sum", "mean"):
@@ -299,6 +306,9 @@ class ChooseMode:
         p = self.policy
         if any(not a for a in admissible):
             raise ValueError("choose mode needs a non-empty admissible action list for every prompt")
+        if choices is not None:  # indices into the lists as given: the same actions in the distinct lists
+            choices = [distinct_actions(acts).index(acts[c]) for acts, c in zip(admissible, choices)]
+        admissible = [distinct_actions(acts) for acts in admissible]
         candidates = [[p.action_tokens(a) for a in acts] for acts in admissible]
         order, slot = unique_slots(prompts, candidates)
         log_pis: list[np.ndarray] = []

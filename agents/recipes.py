@@ -42,7 +42,10 @@ def load_recipe(name: str) -> tuple[dict[str, Any], dict[str, str]]:
     sources: dict[str, str] = {}
     chain: list[Path] = []
     while name:
-        path = (Path(name) if name.endswith((".yaml", ".yml")) else RECIPES / f"{name}.yaml").resolve()
+        # A file's path: from the working directory on the command line, beside the extending file in ``extends``
+        # (a user's recipe and its base sit together wherever train.py runs from).
+        where = chain[-1].parent if chain else Path()
+        path = (where / name if name.endswith((".yaml", ".yml")) else RECIPES / f"{name}.yaml").resolve()
         if not path.is_file():
             fail(f"no recipe {name!r} (a file {path}); recipes: {', '.join(recipe_names())}")
         if path in chain:

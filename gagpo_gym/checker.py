@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections import Counter
 from typing import Any, NoReturn
 
 import numpy as np
@@ -32,7 +33,7 @@ def check_text_env(env, *, seed: int = 0, n_steps: int = 20, skip_render_check: 
     space character; every ``info`` carries ``state_key`` (an int64), ``admissible_actions`` (a list of strings the
     action space holds, not empty unless the episode has ended), ``task`` (text in the observation space),
     ``task_id`` (str), ``won`` (bool), ``task_type`` (str) and ``score`` (a finite float: a partial-credit score,
-    e.g. in [0, 1]) if present and, after a step, ``action_valid`` (bool);
+    e.g. in [0, 1]) if present and, after a step, ``action_valid`` (bool); no admissible action is listed twice;
     every reward is a finite number; admissible actions are accepted; an action outside the action space and the
     empty command are rejected without a change of state, and an unknown command does not raise.
 
@@ -147,6 +148,13 @@ class _Checker:
         self.require(not not_str, where, f"info['admissible_actions'] holds entries that are not str: {not_str[:5]!r}")
         outside = [a for a in admissible if not self.env.action_space.contains(a)]
         self.require(not outside, where, f"admissible actions outside the action space: {outside[:5]!r}")
+        twice = sorted(a for a, n in Counter(admissible).items() if n > 1)
+        self.require(
+            not twice,
+            where,
+            f"info['admissible_actions'] lists {twice[:5]!r} more than once: list each command once (a policy that "
+            "picks among the list as given would favour the repeated ones)",
+        )
         self.require(
             admissible or ended,
             where,

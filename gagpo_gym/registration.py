@@ -42,8 +42,15 @@ def register_text_env(
 
 
 def registered_text_envs() -> list[str]:
-    """Ids of every env registered under the ``gagpo_gym/`` namespace."""
-    return sorted(k for k in gym.registry if k.startswith(f"{NAMESPACE}/"))
+    """Ids of every env registered under the ``gagpo_gym/`` namespace that can be made here: the TextArena games only
+    where textarena is installed (without it they are registered only to say, when made, how to install it)."""
+    absent = set() if _textarena_installed() else {f"{NAMESPACE}/{row[0]}" for row in TEXTARENA_ENVS}
+    return sorted(k for k in gym.registry if k.startswith(f"{NAMESPACE}/") and k not in absent)
+
+
+def _textarena_installed() -> bool:
+    """Whether the optional ``textarena`` can be imported (only its presence is checked: nothing is imported)."""
+    return importlib.util.find_spec("textarena") is not None
 
 
 def make(id: str, **kwargs: Any) -> gym.Env:
@@ -105,8 +112,7 @@ TEXTARENA_ENVS: list[EnvRow] = [
 
 
 def register_builtin_envs() -> None:
-    """Register every built-in env, and the TextArena games where the optional ``textarena`` is installed (only
-    its presence is checked here: textarena itself is imported when such an env is made)."""
-    textarena = TEXTARENA_ENVS if importlib.util.find_spec("textarena") is not None else []
-    for env_id, entry_point, max_steps, kwargs in BUILTIN_ENVS + textarena:
+    """Register every built-in env and the TextArena games. textarena itself is imported when such an env is made;
+    without it, making one raises an ImportError that names the extra to install (not Gymnasium's NameNotFound)."""
+    for env_id, entry_point, max_steps, kwargs in BUILTIN_ENVS + TEXTARENA_ENVS:
         register_text_env(env_id, entry_point, max_episode_steps=max_steps, **kwargs)

@@ -5,13 +5,16 @@ oldest-first to fit ``max_prompt_tokens``; when that is not enough the current o
 middle, its head and tail kept around a visible ``[... N characters cut ...]`` marker, so that one huge observation
 (a web page, a log) cannot blow the budget. A prompt never exceeds the budget: one that would even with no
 history and the observation cut to the marker (the task, the admissible actions and the instructions alone are
-too long) keeps its last ``max_prompt_tokens`` tokens, the end the answer follows. Each prompt that needed
-truncation or overflowed is counted so the agent can log it.
+too long) keeps its last ``max_prompt_tokens`` tokens, the end the answer follows; its head, the task and the
+observation, is lost, so the first such prompt of a builder raises a :class:`PromptOverflowWarning` that names the
+fix (a larger ``max_prompt_tokens``, or fewer actions listed). Each prompt that needed truncation or overflowed is
+counted so the agent can log it.
 """
 
 from __future__ import annotations
 
 import string
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,6 +48,11 @@ def tagged_response(command: str, thought: str = " ") -> str:
 
 
 CUT_MARKER = "[... {n} characters cut ...]"
+
+
+class PromptOverflowWarning(UserWarning):
+    """A prompt longer than ``max_prompt_tokens`` even with no history and the observation cut: only its end is kept,
+    and the policy acts without seeing its task or observation."""
 
 
 #: What a :class:`PromptTemplate` may name, and what each holds.
@@ -226,6 +234,7 @@ class PromptBuilder:
         self.truncated_count = 0  # prompts shortened to fit: history dropped and/or the observation cut
         self.observation_cuts = 0  # prompts whose current observation was cut (fitting or not)
         self.overflow_count = 0  # prompts longer than the budget even without history and with the observation cut
+        self.overflow_warned = False  # the first overflow warns (PromptOverflowWarning); the count goes on
 
     def user_message(
         self,
@@ -307,6 +316,7 @@ class PromptBuilder:
             # Even the bare prompt is too long (the task, admissible actions and instructions alone): keep its end,
             # where the answer starts, so that no engine is handed more than the budget it was sized for.
             self.overflow_count += 1
+            self.warn_overflow(len(best), len(admissible))
             if len(ids) > len(best):  # the observation is longer than its cut marker
                 self.observation_cuts += 1
                 ids = best
@@ -323,3 +333,20 @@ class PromptBuilder:
                 high = mid - 1
         self.truncated_count += 1
         return best
+
+    def warn_overflow(self, needed: int, n_actions: int) -> None:
+        """Say once per builder that prompts lose their head (the task, the observation), and how to avoid it."""
+        if self.overflow_warned:
+            return
+        self.overflow_warned = True
+        fewer = "show_admissible=False" if self.template is None else "a prompt template that leaves them out"
+        warnings.warn(
+            PromptOverflowWarning(
+                f"a prompt needs {needed} tokens with no history and its observation cut, over max_prompt_tokens="
+                f"{self.max_prompt_tokens}: only its last {self.max_prompt_tokens} tokens are kept, so the policy acts "
+                f"without seeing the task or the observation ({n_actions} admissible actions listed). Raise "
+                f"max_prompt_tokens to at least {needed}, or list fewer actions: {fewer} (choose mode scores every "
+                "admissible action without the list), or an env that offers fewer"
+            ),
+            stacklevel=3,
+        )

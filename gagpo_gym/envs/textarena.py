@@ -36,8 +36,9 @@ Behaviour common to all games:
   matched to a legal move; a reply that is none raises ``ValueError``, being a bug in the caller's policy).
   ``learner`` is ``"first"``, ``"second"`` or ``"random"`` (drawn per task).
 
-Registered games (``gagpo_gym/TextArena-<Game>-v0``, where textarena is installed, by
-:func:`gagpo_gym.registration.register_builtin_envs`; the TextArena id and settings they use):
+Registered games (``gagpo_gym/TextArena-<Game>-v0``, by :func:`gagpo_gym.registration.register_builtin_envs`; without
+textarena installed, making one raises an ImportError that says how to install it; the TextArena id and settings
+they use):
 
 ============== ================================ ======================================= ===================== ======
 game           TextArena id, settings           moves (admissible)                      key (what is left out) expert
@@ -84,6 +85,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import importlib
+import importlib.util
 import io
 import itertools
 import json
@@ -98,6 +100,7 @@ from typing import Any
 from gagpo_gym.core import TextEnv, match_command, to_charset
 
 INVALID_MOVES = ("penalty", "game")
+INSTALL_HINT = "pip install 'gagpo-gym[textarena]'"
 #: Every game's id is this prefix, the game's name and ``-v0``.
 GAGPO_TEXTARENA_PREFIX = "gagpo_gym/TextArena-"
 SIDES = ("first", "second", "random")
@@ -498,6 +501,8 @@ class TextArenaEnv(TextEnv):
             )
         if learner not in SIDES:
             raise ValueError(f"learner must be one of {SIDES}, got {learner!r}")
+        if importlib.util.find_spec("textarena") is None:
+            raise ImportError(f"{GAGPO_TEXTARENA_PREFIX}{game}-v0 needs TextArena, an optional extra: {INSTALL_HINT}")
         super().__init__(render_mode=render_mode)
         self.name, self.game = game, GAMES[game]
         self.invalid_move, self.opponent, self.learner = invalid_move, opponent, learner
