@@ -14,8 +14,9 @@ expert's command; one for generate mode learns to write it, as the tagged answer
 from __future__ import annotations
 
 import json
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,11 +26,12 @@ import torch
 
 from agents.callbacks import ProgressBar
 from agents.checkpoint import quiet_hub
+from agents.demonstrations import Demonstration, policy_demonstrations, read_demonstrations
 from agents.env_spec import text_wrapping
 from agents.gagpo import GAGPOAgent
 from agents.policy import ChooseMode
 from agents.prior import FINE_TUNE, PRIOR_FILE, PROMPT_FIELDS, read_prior
-from wrappers import CHOOSE, GENERATE, check_action_mode, tagged_response
+from wrappers import CHOOSE, GENERATE, PlaceMemory, check_action_mode, tagged_response
 
 #: Warm-start losses (:func:`supervised_epochs`).
 OBJECTIVES = ("tokens", "choice")
@@ -319,4 +321,168 @@ def warm_start(
             f"success {record['transcript_success']:.2f}); loss {losses[0]:.3f} -> {losses[-1]:.3f}; "
             f"{record['collect_s'] + record['train_s']:.0f}s; saved {out}"
         )
+    return record
+
+
+def step_prompts(agent: Any, demo: Demonstration) -> list[list[int]]:
+    """The prompt the agent is shown at each step of ``demo``, built as its wrappers build it while it plays: the
+    last ``history_length`` (observation, played command) pairs, the memory of every observation so far."""
+    c = agent.config
+    k = c.history_length
+    prompts = []
+    for t, obs in enumerate(demo.observations):
+        pairs = [[o, a] for o, a in zip(demo.observations[:t], demo.played[:t])]
+        history = pairs[-k:] if k else []
+        memory = PlaceMemory.of(demo.observations[: t + 1]).render() if c.memory else ""
+        info = {"task": demo.task, "admissible_actions": demo.admissible[t]}
+        prompts.append(agent.prompts.for_step(obs, info, history, memory, t))
+    return prompts
+
+
+def transcript_of(agent: Any, demos: Iterable[Demonstration]) -> Transcript:
+    """The (prompt, expert command) pairs of ``demos`` as a :class:`Transcript` for the agent's
+    prompt settings; steps where the expert gave no advice, or advised a command that was not admissible, are
+    left out."""
+    out = Transcript()
+    for demo in demos:
+        prompts = step_prompts(agent, demo)
+        kept = 0
+        for t, prompt in enumerate(prompts):
+            if not demo.advised[t] or demo.labels[t] not in demo.admissible[t]:
+                continue
+            out.prompts.append(prompt)
+            out.actions.append(demo.labels[t])
+            out.played.append(demo.played[t])
+            out.admissible.append(demo.admissible[t])
+            out.expert_steps += demo.labels[t] == demo.played[t]
+            kept += 1
+        out.tasks.append(demo.seed)
+        out.lengths.append(kept)
+        out.episodes += 1
+        out.won += demo.won
+    return out
+
+
+def fresh_tiny(folder: str | Path, demos: Sequence[Any], seed: int, config: dict[str, Any]) -> str:
+    """A fresh tiny model whose tokenizer is trained on the demonstrations' text (tasks, observations, admissible
+    commands), saved at ``folder`` as a bare prior; returns the folder."""
+    from agents.config import GAGPOConfig
+    from agents.models import tiny_spec
+    from agents.tiny import build_tiny_model, train_tokenizer
+
+    c = GAGPOConfig.from_dict({**config, "seed": seed}).resolved(True, accelerator=False)
+    texts = [d.task for d in demos] + [o for d in demos for o in d.observations]
+    texts += [" | ".join(a) for d in demos for a in d.admissible]
+    tokenizer = train_tokenizer(texts, c.tiny_vocab_size)
+    with quiet_hub():
+        build_tiny_model(tokenizer, tiny_spec(c), seed=seed).save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+    fields = {k: v for k, v in config.items() if k in PROMPT_FIELDS}
+    (Path(folder) / PRIOR_FILE).write_text(json.dumps({"model": "tiny", "prompt": fields, "fine_tune": FINE_TUNE}))
+    return str(folder)
+
+
+def imitate(
+    env: str,
+    out: str | Path,
+    demonstrations: str | Path,
+    seeds: Sequence[int],
+    *,
+    model: str | Path = "tiny",
+    env_kwargs: dict[str, Any] | None = None,
+    expert: str | None = None,
+    action_mode: str = CHOOSE,
+    objective: str = "choice",
+    epochs: int = 4,
+    learning_rate: float = 1e-3,
+    batch_size: int = 16,
+    seed: int = 0,
+    dagger_rounds: int = 0,
+    dagger_episodes: int = 200,
+    beta: float = 0.0,
+    heldout: Sequence[int] | None = None,
+    **config: Any,
+) -> dict[str, Any]:
+    """Behaviour cloning on the cached expert episodes of ``seeds`` (:mod:`agents.demonstrations`), then
+    ``dagger_rounds`` DAgger rounds; writes a prior folder at ``out`` and returns its record.
+
+    Each DAgger round, the policy plays ``dagger_episodes`` tasks drawn from ``seeds`` (greedy; the expert's own
+    command with probability ``beta``), the expert labels every state it reached, and the policy trains ``epochs``
+    more passes on the expert's episodes and every round's so far. ``heldout``: task seeds (never in ``seeds``)
+    played greedily once at the end. ``config``: agent hyperparameters (prompt settings, the tiny model's size).
+    """
+    if objective not in OBJECTIVES:
+        raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
+    if epochs < 1 or batch_size < 1 or dagger_rounds < 0 or dagger_episodes < 1:
+        raise ValueError("epochs, batch_size and dagger_episodes must be >= 1, dagger_rounds >= 0")
+    if heldout is not None and set(heldout) & set(seeds):
+        raise ValueError("the held-out seeds must not be training seeds")
+    started = time.perf_counter()
+    demos = read_demonstrations(demonstrations, seeds)
+    config = {"choose_score": FINE_TUNE["choose_score"], **config}
+    with tempfile.TemporaryDirectory() as init:
+        # A fresh tiny model's tokenizer learns the demonstrations' own text (the agent would play the env for it)
+        start = fresh_tiny(init, demos, seed, config) if str(model) == "tiny" else str(model)
+        agent = GAGPOAgent(env, start, env_kwargs=env_kwargs, seed=seed, verbose=0, action_mode=action_mode, **config)
+    rng = np.random.default_rng(seed)
+
+    def fit(data: Transcript) -> list[float]:
+        return supervised_epochs(
+            agent.policy, data, epochs=epochs, learning_rate=learning_rate, batch_size=batch_size, rng=rng,
+            objective=objective, action_mode=action_mode,
+        )  # fmt: skip
+
+    data = transcript_of(agent, demos)
+    rounds = [{"round": 0, "episodes": len(demos), "actions": len(data.actions), "losses": fit(data)}]
+    played: list[Any] = []
+    for r in range(1, dagger_rounds + 1):
+        drawn = [int(s) for s in rng.choice(np.asarray(seeds), size=dagger_episodes, replace=False)]
+        new = policy_demonstrations(agent, drawn, expert=expert, beta=beta)
+        played += new
+        data = transcript_of(agent, demos + played)
+        rounds.append({
+            "round": r, "episodes": len(new), "policy_success": sum(d.won for d in new) / len(new),
+            "actions": len(data.actions), "losses": fit(data),
+        })  # fmt: skip
+    train_s = time.perf_counter() - started
+    c = agent.config
+    record: dict[str, Any] = {
+        "model": str(model),
+        "action_mode": action_mode,
+        "env_id": agent.env_id,
+        "env_kwargs": agent.env_kwargs,
+        "demonstrations": str(demonstrations),
+        "expert": expert,
+        "objective": objective,
+        "seeds": f"{min(seeds)}..{max(seeds)} ({len(seeds)} tasks)",
+        "distinct_tasks": len({d.seed for d in demos} | {d.seed for d in played}),
+        "expert_success": sum(d.won for d in demos) / max(1, len(demos)),
+        "epochs": epochs,
+        "learning_rate": learning_rate,
+        "batch_size": batch_size,
+        "seed": seed,
+        "dagger_rounds": dagger_rounds,
+        "beta": beta,
+        "rounds": rounds,
+        "parameters": sum(p.numel() for p in agent.policy.core.parameters()),
+        "tiny": {"hidden_size": c.tiny_hidden_size, "layers": c.tiny_layers},
+        "prompt": {k: getattr(c, k) for k in PROMPT_FIELDS},
+        "fine_tune": {**FINE_TUNE, "action_mode": action_mode},
+        "train_s": train_s,
+    }
+    if heldout is not None:
+        t0 = time.perf_counter()
+        heldout = list(heldout)
+        m = agent.evaluate(n_tasks=len(heldout), seed_offset=heldout[0], batch_size=16)
+        record["heldout"] = {
+            "seeds": f"{heldout[0]}..{heldout[-1]}", "greedy_success": m["success_rate"],
+            "mean_length": m["mean_length"], "per_type": m["per_type"], "eval_s": time.perf_counter() - t0,
+        }  # fmt: skip
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    with quiet_hub():
+        agent.policy.model.save_pretrained(out)
+        agent.policy.tokenizer.save_pretrained(out)
+    (out / PRIOR_FILE).write_text(json.dumps(record, indent=2))
+    agent.env.close()
     return record

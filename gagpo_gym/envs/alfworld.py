@@ -404,6 +404,9 @@ class ALFWorldEnv(TextEnv):
         self._handcoded_rng = random.Random(0)
         self._handcoded_pending: list[tuple[Any, str]] = []
         self._handcoded_next = "look"
+        #: The handcoded expert gave up in this episode (ALFWorld's HandCodedAgentFailed / Timeout): its "look"
+        #: from then on is no advice, and an imitation dataset should not learn it.
+        self.expert_gave_up = False
 
     # ----- Gymnasium API --------------------------------------------------------------------------------
     def close(self) -> None:
@@ -430,6 +433,7 @@ class ALFWorldEnv(TextEnv):
         self._handcoded = None
         self._handcoded_rng.seed(int(self.np_random.integers(2**32)))
         self._handcoded_pending = [(self._game_state, "")]
+        self.expert_gave_up = False
         return intro
 
     def _execute(self, command: str) -> tuple[str, float, bool]:
@@ -512,6 +516,7 @@ class ALFWorldEnv(TextEnv):
                         action = self._handcoded.act(game_state, 0, game_state["won"], command)
                     except api["expert_gave_up"]:
                         self._handcoded, action = None, "look"
+                        self.expert_gave_up = True
                     admissible = game_state["admissible_commands"]
                     self._handcoded_next = action if action in admissible and action != "help" else "look"
         self._handcoded_pending = []
