@@ -292,6 +292,7 @@ class RolloutCollector:
             value=out.values[k] if out.values else 0.0,
             next_value=next_value,
             backoff_keys=Row.keys_from(before, self.config.key_backoff),
+            invalid=not (after.get("action_valid", True) and after.get("action_parsed", True)),
         )
 
     def episode_record(self, info: dict[str, Any]) -> dict[str, Any]:
