@@ -368,6 +368,8 @@ class GAGPOAgent:
         steps = whole_steps(total_timesteps)
         if max_iterations is not None and max_iterations < 1:
             raise ValueError(f"max_iterations must be >= 1 or None, got {max_iterations}")
+        if (play_only := checkpoint.play_only_reason(self)) is not None:  # before a rollout is spent, not after
+            raise RuntimeError(play_only)
         if reset_num_timesteps:
             self.num_timesteps = 0
             self.iteration = 0

@@ -29,7 +29,7 @@ from agents.checkpoint import quiet_hub
 from agents.demonstrations import Demonstration, policy_demonstrations, read_demonstrations
 from agents.env_spec import text_wrapping
 from agents.gagpo import GAGPOAgent
-from agents.policy import ChooseMode
+from agents.policy import ChooseMode, distinct_actions
 from agents.prior import FINE_TUNE, PRIOR_FILE, PROMPT_FIELDS, read_prior
 from wrappers import CHOOSE, GENERATE, PlaceMemory, check_action_mode, tagged_response
 
@@ -191,8 +191,10 @@ def supervised_epochs(
         candidates = [[policy.action_tokens(respond(a))] for a in data.actions]
         expert = [0] * len(data.actions)
     else:
-        candidates = [[policy.action_tokens(a) for a in cands] for cands in data.admissible]
-        expert = [cands.index(a) for a, cands in zip(data.actions, data.admissible)]
+        # each distinct action once, as choose mode scores them (a listed duplicate would double its probability)
+        distinct = [distinct_actions(cands) for cands in data.admissible]
+        candidates = [[policy.action_tokens(a) for a in cands] for cands in distinct]
+        expert = [cands.index(a) for a, cands in zip(data.actions, distinct)]
     losses = []
     policy.train()
     for epoch in range(epochs):
@@ -314,7 +316,7 @@ def warm_start(
         agent.policy.model.save_pretrained(out)
         agent.policy.tokenizer.save_pretrained(out)
     (out / PRIOR_FILE).write_text(json.dumps(record, indent=2))
-    agent.env.close()
+    agent.close()
     if verbose:
         print(
             f"warm start: {len(data.actions)} actions from {episodes} {expert} episodes (epsilon {epsilon}, transcript "
@@ -484,5 +486,5 @@ def imitate(
         agent.policy.model.save_pretrained(out)
         agent.policy.tokenizer.save_pretrained(out)
     (out / PRIOR_FILE).write_text(json.dumps(record, indent=2))
-    agent.env.close()
+    agent.close()
     return record

@@ -10,7 +10,7 @@
         --backend hf --env-kwargs '{"split": "valid_unseen"}' --dry-run     # the resolved settings and first prompt
 
 Every field of ``agents.config.GAGPOConfig`` is a flag (``--help`` lists them with types and defaults).
-``--recipe NAME`` starts from ``configs/recipes/NAME.yaml`` (the paper's runs with verl-agent's settings, each value
+``--recipe NAME`` starts from ``agents/configs/recipes/NAME.yaml`` (the paper's runs with verl-agent's settings, each value
 with its source; ``--list-recipes`` names them); a flag given overrides the recipe's value. The resolved settings
 are printed and, with ``--save-dir``, written to ``<dir>/run.json`` before training starts.
 Checkpoints are SB3-style (a callback saving every ``--checkpoint-freq`` env steps); logs go to stdout and, with
@@ -72,9 +72,9 @@ def build_parser() -> tuple[argparse.ArgumentParser, list[str]]:
         "--recipe",
         default=None,
         metavar="NAME",
-        help="start from configs/recipes/NAME.yaml (or a YAML file's path); every flag given overrides its value",
+        help="start from agents/configs/recipes/NAME.yaml (or a YAML file's path); every flag given overrides its value",
     )
-    run.add_argument("--list-recipes", action="store_true", help="name the recipes in configs/recipes and exit")
+    run.add_argument("--list-recipes", action="store_true", help="name the recipes in agents/configs/recipes and exit")
     run.add_argument(
         "--dry-run",
         action="store_true",
@@ -273,7 +273,7 @@ def env_failed(err: SubEnvError, state: dict[str, Any]) -> NoReturn:
         traceback.print_exception(err.__cause__, file=sys.stderr)
     agent = state["agent"]
     if agent is not None:
-        agent.env.close()  # its worker processes end now, not at exit
+        agent.close()  # its worker processes end now, not at exit
     print(f"error: {err}", file=sys.stderr)
     print(f"stopped {save_at_boundary(state)}", file=sys.stderr)
     raise SystemExit(1)
@@ -501,7 +501,7 @@ def _main(args: argparse.Namespace, names: list[str], state: dict[str, Any]) -> 
         say(f"\nEvaluation on {agent.env_id} {kwargs or ''} tasks 0..{args.eval_tasks - 1} ({how}):\n")
         say(results_table([table_row(agent.config.estimator, metrics, kind)]))
         say(f"\n{table_legend(kind)}")
-    agent.env.close()
+    agent.close()
     return 0
 
 
@@ -597,7 +597,7 @@ def dry_run(
         if args.model == "tiny" or read_prior(args.model) is not None:
             agent = GAGPOAgent(env_id, model=args.model, env_kwargs=env_kwargs, verbose=0, **overrides)
             config, prompts = agent.config, agent.prompts
-            agent.env.close()
+            agent.close()
         else:
             config = GAGPOConfig(**overrides).resolved(tiny=False)
             check_hub_reachable(args.model)
