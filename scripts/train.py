@@ -10,9 +10,9 @@
         --backend hf --env-kwargs '{"split": "valid_unseen"}' --dry-run     # the resolved settings and first prompt
 
 Every field of ``agents.config.GAGPOConfig`` is a flag (``--help`` lists them with types and defaults).
-``--recipe NAME`` starts from ``agents/configs/recipes/NAME.yaml`` (the paper's runs with verl-agent's settings, each value
-with its source; ``--list-recipes`` names them); a flag given overrides the recipe's value. The resolved settings
-are printed and, with ``--save-dir``, written to ``<dir>/run.json`` before training starts.
+``--recipe NAME`` starts from ``agents/configs/recipes/NAME.yaml`` (the paper's runs with verl-agent's settings,
+each value with its source; ``--list-recipes`` names them); a flag given overrides the recipe's value. The resolved
+settings are printed and, with ``--save-dir``, written to ``<dir>/run.json`` before training starts.
 Checkpoints are SB3-style (a callback saving every ``--checkpoint-freq`` env steps); logs go to stdout and, with
 ``--log-dir``, to CSV, JSON and TensorBoard (when installed). ``--progress-bar`` draws a bar on stderr (env steps
 done / total, time left, steps/s). Ctrl-C ends with one line naming the last checkpoint, and exit code 130.
@@ -72,7 +72,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, list[str]]:
         "--recipe",
         default=None,
         metavar="NAME",
-        help="start from agents/configs/recipes/NAME.yaml (or a YAML file's path); every flag given overrides its value",
+        help="start from agents/configs/recipes/NAME.yaml (or a YAML file's path); a flag given overrides its value",
     )
     run.add_argument("--list-recipes", action="store_true", help="name the recipes in agents/configs/recipes and exit")
     run.add_argument(
