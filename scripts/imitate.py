@@ -73,6 +73,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--episodes", type=int, default=200, help="dagger: policy episodes per round")
     parser.add_argument("--beta", type=float, default=0.0, help="dagger: probability the expert's command is played")
     parser.add_argument("--heldout", type=seed_range, default=None, help="task seeds for the greedy success printed")
+    parser.add_argument(
+        "--save-agent", default=None,
+        help="train/dagger: also save an agent built on the prior here, for playing (no optimizer state): what "
+        "eval.py --agent evaluates and results/agents/ commits",
+    )  # fmt: skip
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--torch-threads", type=int, default=1)
     return parser
@@ -118,6 +123,15 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, FileNotFoundError) as err:
         fail(str(err))
     print(json.dumps({k: v for k, v in record.items() if k not in ("losses", "rounds")}, indent=1))
+    if args.save_agent:
+        from agents import checkpoint
+        from agents.gagpo import GAGPOAgent
+
+        agent = GAGPOAgent(env_id, args.out, env_kwargs=env_kwargs, verbose=0, torch_threads=args.torch_threads)
+        agent.save(args.save_agent)
+        checkpoint.drop_optimizer_state(Path(args.save_agent))
+        agent.close()
+        print(f"saved an agent on the prior at {args.save_agent}")
     return 0
 
 

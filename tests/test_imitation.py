@@ -147,10 +147,18 @@ def test_imitate_command_line(tmp_path):
     out = tmp_path / "prior"
     run = subprocess.run(
         [*base, "train", *env, "--seeds", "0:3", "--epochs", "1", "--tiny-hidden-size", "32", "--tiny-layers", "1",
-         "--out", str(out)], cwd=ROOT, capture_output=True, text=True,
+         "--out", str(out), "--save-agent", str(tmp_path / "agent")], cwd=ROOT, capture_output=True, text=True,
     )  # fmt: skip
     assert run.returncode == 0, run.stderr
     assert (out / PRIOR_FILE).is_file() and read_prior(out)["distinct_tasks"] == 3
+    # the saved agent is for playing: no optimizer state, and eval.py plays it on held-out houses
+    assert not (tmp_path / "agent" / "optimizer.pt").exists()
+    run = subprocess.run(
+        [sys.executable, "scripts/eval.py", "--agent", str(tmp_path / "agent"), "--n-tasks", "2",
+         "--seed-offset", "100", "--out", str(tmp_path / "eval")], cwd=ROOT, capture_output=True, text=True,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert json.loads((tmp_path / "eval" / "eval.json").read_text())
     bad = subprocess.run([*base, "train", *env, "--seeds", "5:2"], cwd=ROOT, capture_output=True, text=True)
     assert bad.returncode != 0 and "START < STOP" in bad.stderr and "Traceback" not in bad.stderr
 
