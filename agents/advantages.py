@@ -4,7 +4,11 @@ Each function is a pure numpy function of flat per-step arrays (one row = one en
 action) and follows ``docs/algorithm.md`` line by line. No torch, no env knowledge, no Python loop
 over rows: the only Python loops run over episode positions (at most the longest episode) and back-off levels,
 and the cost is O(N log N) from sorting one 64-bit hash per (group, key) pair. The layout checks and the
-(group, key) hashing and set statistics they share live in ``agents/keys.py``.
+(group, key) hashing and set statistics they share live in ``agents/state_sets.py``.
+
+``REGISTRY`` declares each estimator once (:class:`Estimator`: its function, the arrays and ``GAGPOConfig``
+settings it takes, whether it needs a group of several episodes or a critic): the rollout buffer, the config's
+checks and the command line read it, so adding an estimator is one function and one entry.
 
 Data layout (length-N arrays):
     rewards          float  reward of this step's action (penalties included)
@@ -17,17 +21,22 @@ Data layout (length-N arrays):
     penalties        float  the invalid-action penalty inside each step's reward (the rivals and GiGPO; default 0):
                             given, it is charged as the published trainers charge it (see ``_trainer_scores``)
     backoff_keys     L arrays of int64 or str   coarser keys of the same state, finest first (key back-off)
+    values           float  a learned value head's V(s_t) (PPO with a critic)
+    last_values      float  V of the state reached after a truncated final row (PPO with a critic)
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import inspect
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from numbers import Integral, Real
-from typing import Literal
+from types import MappingProxyType
+from typing import Any, Literal
 
 import numpy as np
 
-from agents.keys import (
+from agents.state_sets import (
     as_keys,
     backoff_levels,
     backward_scan,
@@ -43,6 +52,9 @@ from agents.keys import (
 Normalize = Literal["group", "batch", "none"]
 
 __all__ = [
+    "INPUTS",
+    "REGISTRY",
+    "Estimator",
     "discounted_returns",
     "g2po_advantages",
     "gae_advantages",
@@ -474,6 +486,134 @@ def step_group_stats(
         "level_shares": (resolved_rows / s.size).tolist(),
         "unresolved_share": float(unresolved.mean()),
     }
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The registry: each estimator declared once, as GAGPOConfig.estimator selects it
+# ---------------------------------------------------------------------------------------------------------
+
+#: The per-row arrays an estimator can take, by the parameter names of the functions above (the layout at the top
+#: of this module). The rollout buffer hands each estimator the ones its entry lists.
+INPUTS = (
+    "rewards", "episode_index", "group_index", "state_keys", "next_state_keys", "terminated", "success",
+    "penalties", "backoff_keys", "values", "last_values",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Estimator:
+    """One estimator as the agent selects it: its function, what it takes, and what it needs to learn.
+
+    The rollout buffer calls ``function`` on each finished group with the arrays named in ``inputs`` and the
+    keywords :meth:`settings` reads from ``GAGPOConfig``; the config's checks, the command line's choices and
+    the docs' table read the rest. A new estimator is one function above and one entry in ``REGISTRY``.
+    """
+
+    name: str
+    function: Callable[..., np.ndarray]
+    description: str  # one line: what its advantage is (--help, docs/api/estimators.md)
+    inputs: tuple[str, ...]  # the per-row arrays it reads (INPUTS), by the function's parameter names
+    config: Mapping[str, str] = field(default_factory=dict)  # function keyword -> the GAGPOConfig field it takes
+    # keyword -> the GAGPOConfig field it takes instead where its own field is negative ("auto": hgpo_history=-1)
+    auto: Mapping[str, str] = field(default_factory=dict)
+    # Every advantage is relative to the group's other episodes: a group of one gets 0 on every step, never learns.
+    needs_group: bool = False
+    # A learned value head: reads ``values``, returns unnormalised GAE (value targets A + V) that the buffer then
+    # normalises over the whole batch; a saved agent keeps the head, so it never switches to an estimator without.
+    needs_critic: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "config", MappingProxyType(dict(self.config)))
+        object.__setattr__(self, "auto", MappingProxyType(dict(self.auto)))
+        params = inspect.signature(self.function).parameters
+        problems = [f"{self.function.__name__} takes no {k!r}" for k in (*self.inputs, *self.config) if k not in params]
+        problems += [f"{k!r} is not a per-row array (INPUTS)" for k in self.inputs if k not in INPUTS]
+        problems += [f"auto {k!r} is not a config keyword" for k in self.auto if k not in self.config]
+        if self.needs_critic != ("values" in self.inputs):
+            problems.append("needs_critic and reading 'values' go together")
+        if problems:
+            raise ValueError(f"estimator {self.name!r}: " + "; ".join(problems))
+
+    @property
+    def needs_success(self) -> bool:
+        """It reads which episodes reached the goal (``success``), not only their rewards."""
+        return "success" in self.inputs
+
+    @property
+    def config_fields(self) -> tuple[str, ...]:
+        """The GAGPOConfig fields it reads."""
+        return tuple(dict.fromkeys((*self.config.values(), *self.auto.values())))
+
+    def settings(self, config: Any) -> dict[str, Any]:
+        """The function's keywords from ``config`` (a GAGPOConfig), each "auto" one resolved."""
+        out = {keyword: getattr(config, name) for keyword, name in self.config.items()}
+        for keyword, name in self.auto.items():
+            if out[keyword] < 0:
+                out[keyword] = getattr(config, name)
+        return out
+
+    def batch_normalized(self, config: Any) -> bool:
+        """Standardised over the whole rollout once every group is in (``GroupRolloutBuffer.finalize``): always
+        with a critic (the PPO baseline), and where a ``normalize`` keyword says ``"batch"`` (GAGPO's option)."""
+        return self.needs_critic or self.settings(config).get("normalize") == "batch"
+
+
+_STEP = ("rewards", "episode_index", "group_index", "state_keys")  # what the step-level estimators read
+
+#: Every estimator the agent can train with, by name, in the order the command line and the docs list them.
+REGISTRY: dict[str, Estimator] = {
+    spec.name: spec
+    for spec in (
+        Estimator(
+            "gagpo", gagpo_advantages,
+            "GAGPO (the method): GAE over TD residuals of the group's mean return-to-go from each state",
+            inputs=(*_STEP, "next_state_keys", "terminated", "backoff_keys"),
+            config={"gamma": "gamma", "lam": "lam", "eps": "adv_eps", "normalize": "normalize",
+                    "bootstrap_truncated": "bootstrap_truncated", "backoff_min_count": "backoff_min_count",
+                    "episode_coef": "episode_coef"},
+        ),
+        Estimator(
+            "gigpo", gigpo_advantages,
+            "GiGPO: the episode's return against its group's, plus omega times the step's against its state's set",
+            inputs=(*_STEP, "penalties"),
+            config={"gamma": "gamma", "omega": "omega", "eps": "adv_eps", "std_norm": "gigpo_std_norm"},
+        ),
+        Estimator(
+            "grpo", grpo_advantages, "GRPO: the episode's return standardised over its group's episodes",
+            inputs=("rewards", "episode_index", "group_index"), config={"eps": "adv_eps"}, needs_group=True,
+        ),
+        Estimator(
+            "rloo", rloo_advantages, "RLOO: the episode's return minus the mean of its group's other episodes",
+            inputs=("rewards", "episode_index", "group_index"), needs_group=True,
+        ),
+        Estimator(
+            "ppo", gae_advantages, "PPO with a critic: GAE on a learned value head, normalised over the batch",
+            inputs=("rewards", "values", "episode_index", "terminated", "last_values"),
+            config={"gamma": "gamma", "lam": "gae_lambda"}, needs_critic=True,
+        ),
+        Estimator(
+            "hgpo", hgpo_advantages,
+            "HGPO (2026): group-relative returns in a hierarchy of history groups, weighted by depth",
+            inputs=(*_STEP, "penalties"),
+            config={"gamma": "gamma", "history": "hgpo_history", "alpha": "hgpo_alpha", "std_norm": "hgpo_std_norm",
+                    "base_group": "hgpo_base_group", "eps": "adv_eps"},
+            auto={"history": "history_length"},
+        ),
+        Estimator(
+            "graphgpo", graphgpo_advantages,
+            "GraphGPO (2026): a step's return from its successor's distance to the goal in the group's graph",
+            inputs=(*_STEP, "next_state_keys", "success", "penalties"),
+            config={"graph_gamma": "graphgpo_gamma", "progress": "graphgpo_progress", "std_norm": "graphgpo_std_norm",
+                    "step_coef": "omega", "episode_coef": "graphgpo_episode_coef", "eps": "adv_eps"},
+        ),
+        Estimator(
+            "g2po", g2po_advantages,
+            "G2PO (2026): the value of each state's group, its successor's value and the value gain",
+            inputs=(*_STEP, "success", "penalties"),
+            config={"gamma": "gamma", "std_norm": "g2po_std_norm", "step_coef": "omega", "eps": "adv_eps"},
+        ),
+    )
+}  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -185,66 +185,44 @@ class GroupRolloutBuffer:
         self.finished_groups.append(group)
 
     def _estimate(self, rows: list[Row]) -> tuple[np.ndarray, np.ndarray]:
-        """Advantages (and value targets for ppo) of one group's rows, laid out episode by episode."""
+        """Advantages (and value targets, with a critic) of one group's rows, laid out episode by episode.
+
+        The configured estimator's registry entry (``agents.advantages.REGISTRY``) names the arrays and settings
+        it takes; an estimator normalised over the batch waits for :meth:`finalize`.
+        """
         c = self.config
-        rewards = np.array([r.reward for r in rows], dtype=np.float64)
-        episodes = np.array([r.episode for r in rows], dtype=np.int64)
-        groups = np.array([r.group for r in rows], dtype=np.int64)
-        terminated = np.array([r.terminated for r in rows], dtype=bool)
-        keys = np.array([r.state_key for r in rows])
-        next_keys = np.array([r.next_state_key for r in rows])
-        # The rivals and GiGPO charge an invalid action's penalty as their published trainers do (docs/rivals.md).
-        penalties = c.invalid_action_penalty * np.array([r.invalid for r in rows], dtype=np.float64)
-        zero = np.zeros(len(rows))
-        if c.estimator == "gagpo":
-            batch = c.normalize == "batch"  # finalize() normalises over the batch, then adds the episode term
-            a = adv.gagpo_advantages(
-                rewards, episodes, groups, keys, next_keys, terminated, gamma=c.gamma, lam=c.lam,
-                eps=c.adv_eps, normalize="none" if batch else c.normalize, bootstrap_truncated=c.bootstrap_truncated,
-                backoff_keys=self._levels(rows), backoff_min_count=c.backoff_min_count,
-                episode_coef=0.0 if batch else c.episode_coef,
-            )  # fmt: skip
-            return a, zero
-        if c.estimator == "gigpo":
-            a = adv.gigpo_advantages(
-                rewards, episodes, groups, keys, gamma=c.gamma, omega=c.omega, eps=c.adv_eps,
-                std_norm=c.gigpo_std_norm, penalties=penalties,
-            )  # fmt: skip
-            return a, zero
-        if c.estimator == "hgpo":
-            history = c.history_length if c.hgpo_history < 0 else c.hgpo_history
-            a = adv.hgpo_advantages(
-                rewards, episodes, groups, keys, gamma=c.gamma, history=history, alpha=c.hgpo_alpha,
-                std_norm=c.hgpo_std_norm, base_group=c.hgpo_base_group, penalties=penalties, eps=c.adv_eps,
-            )  # fmt: skip
-            return a, zero
-        success = np.array([r.done and r.won for r in rows], dtype=bool)
-        if c.estimator == "graphgpo":
-            a = adv.graphgpo_advantages(
-                rewards, episodes, groups, keys, next_keys, success, graph_gamma=c.graphgpo_gamma,
-                progress=c.graphgpo_progress, std_norm=c.graphgpo_std_norm, step_coef=c.omega,
-                episode_coef=c.graphgpo_episode_coef, penalties=penalties, eps=c.adv_eps,
-            )  # fmt: skip
-            return a, zero
-        if c.estimator == "g2po":
-            a = adv.g2po_advantages(
-                rewards, episodes, groups, keys, success, gamma=c.gamma, std_norm=c.g2po_std_norm,
-                step_coef=c.omega, penalties=penalties, eps=c.adv_eps,
-            )  # fmt: skip
-            return a, zero
-        if c.estimator == "grpo":
-            return adv.grpo_advantages(rewards, episodes, groups, eps=c.adv_eps), zero
-        if c.estimator == "rloo":
-            return adv.rloo_advantages(rewards, episodes, groups), zero
-        values = np.array([r.value for r in rows])
-        last_values = np.array([r.next_value for r in rows])
-        a = adv.gae_advantages(
-            rewards, values, episodes, terminated, last_values=last_values, gamma=c.gamma, lam=c.gae_lambda
-        )
-        return a, a + values
+        spec = c.estimator_spec
+        arrays = self._arrays(rows)
+        settings = spec.settings(c)
+        if settings.get("normalize") == "batch":
+            # finalize() normalises over the batch, then adds the episode term as the estimator adds it after its own.
+            settings["normalize"] = "none"
+            if "episode_coef" in settings:
+                settings["episode_coef"] = 0.0
+        a = spec.function(**{name: arrays[name] for name in spec.inputs}, **settings)
+        return a, (a + arrays["values"] if spec.needs_critic else np.zeros(len(rows)))
+
+    def _arrays(self, rows: list[Row]) -> dict[str, np.ndarray | list[np.ndarray]]:
+        """Every per-row array an estimator can take (``agents.advantages.INPUTS``), over one group's rows."""
+        invalid = np.array([r.invalid for r in rows], dtype=np.float64)
+        return {
+            "rewards": np.array([r.reward for r in rows], dtype=np.float64),
+            "episode_index": np.array([r.episode for r in rows], dtype=np.int64),
+            "group_index": np.array([r.group for r in rows], dtype=np.int64),
+            "state_keys": np.array([r.state_key for r in rows]),
+            "next_state_keys": np.array([r.next_state_key for r in rows]),
+            "terminated": np.array([r.terminated for r in rows], dtype=bool),
+            "success": np.array([r.done and r.won for r in rows], dtype=bool),
+            # The rivals and GiGPO charge an invalid action's penalty as their published trainers do (docs/rivals.md).
+            "penalties": self.config.invalid_action_penalty * invalid,
+            "backoff_keys": self._levels(rows),
+            "values": np.array([r.value for r in rows]),
+            "last_values": np.array([r.next_value for r in rows]),
+        }
 
     def finalize(self, reduce: Callable[[list[float]], np.ndarray] | None = None) -> None:
-        """Apply batch-level normalisation (GAGPO with normalize="batch", and the PPO baseline).
+        """Apply batch-level normalisation (estimators whose entry is ``batch_normalized``: GAGPO with
+        normalize="batch", the PPO baseline).
 
         ``reduce`` sums a few numbers over the ranks of a distributed run, so that the batch is every rank's rows.
         Groups zeroed by ``zero_failed_groups`` stay exactly 0: they are left out of the batch's mean and std (as
@@ -253,26 +231,28 @@ class GroupRolloutBuffer:
         if not self.complete:
             raise RuntimeError("finalize() called while episodes are still running")
         c = self.config
-        if (c.estimator == "gagpo" and c.normalize == "batch") or c.estimator == "ppo":
-            zeroed = (
-                {g for g in self.finished_groups if self._zeroed(self._group_rows(g))}
-                if c.zero_failed_groups
-                else set()
-            )
-            kept = np.array([r.group not in zeroed for r in self.rows], dtype=bool)
-            a = self.advantages()
-            out = np.zeros_like(a)
-            if reduce is None:
-                out[kept] = adv.normalize_advantages(a[kept], mode="batch", eps=c.adv_eps)
-            else:
-                b = a[kept]
-                n, total, squares = reduce([b.size, b.sum(), np.square(b).sum()])
-                mean = total / max(n, 1)
-                std = np.sqrt(max(squares - n * mean**2, 0.0) / (n - 1)) if n > 1 else 0.0
-                out[kept] = (b - mean) / (std + c.adv_eps) if n > 1 else 0.0
-            for r, ai in zip(self.rows, out):
-                r.advantage = float(ai)
-        if c.estimator == "gagpo" and c.normalize == "batch" and c.episode_coef:
+        spec = c.estimator_spec
+        if not spec.batch_normalized(c):
+            return
+        zeroed = (
+            {g for g in self.finished_groups if self._zeroed(self._group_rows(g))} if c.zero_failed_groups else set()
+        )
+        kept = np.array([r.group not in zeroed for r in self.rows], dtype=bool)
+        a = self.advantages()
+        out = np.zeros_like(a)
+        if reduce is None:
+            out[kept] = adv.normalize_advantages(a[kept], mode="batch", eps=c.adv_eps)
+        else:
+            b = a[kept]
+            n, total, squares = reduce([b.size, b.sum(), np.square(b).sum()])
+            mean = total / max(n, 1)
+            std = np.sqrt(max(squares - n * mean**2, 0.0) / (n - 1)) if n > 1 else 0.0
+            out[kept] = (b - mean) / (std + c.adv_eps) if n > 1 else 0.0
+        for r, ai in zip(self.rows, out):
+            r.advantage = float(ai)
+        settings = spec.settings(c)
+        coef = settings.get("episode_coef", 0.0) if settings.get("normalize") == "batch" else 0.0  # see _estimate
+        if coef:
             # As gagpo_advantages adds it: episode_coef * GRPO advantage, after normalisation.
             for group in self.finished_groups:
                 rows = self._group_rows(group)
@@ -282,7 +262,7 @@ class GroupRolloutBuffer:
                 episodes = np.array([r.episode for r in rows], dtype=np.int64)
                 grpo = adv.grpo_advantages(rewards, episodes, np.zeros(len(rows), dtype=np.int64), eps=c.adv_eps)
                 for r, ai in zip(rows, grpo):
-                    r.advantage += c.episode_coef * float(ai)
+                    r.advantage += coef * float(ai)
 
     def key_stats(self) -> dict:
         """adv.step_group_stats over all rows, with the configured back-off levels (level_shares), for logging."""

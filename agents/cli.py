@@ -113,7 +113,8 @@ def add_config_arguments(parser: Any, skip: Sequence[str] = ()) -> list[str]:
     import dataclasses
     import typing
 
-    from agents.config import ESTIMATORS, GAGPOConfig
+    from agents.advantages import REGISTRY
+    from agents.config import GAGPOConfig
 
     hints = typing.get_type_hints(GAGPOConfig)
     group = parser.add_argument_group("hyperparameters (agents.config.GAGPOConfig)")
@@ -137,7 +138,7 @@ def add_config_arguments(parser: Any, skip: Sequence[str] = ()) -> list[str]:
             kwargs["type"], type_name = _optional_float, "float|none"
             kwargs["metavar"] = "FLOAT"
         if field.name == "estimator":
-            kwargs["choices"] = ESTIMATORS
+            kwargs["choices"] = tuple(REGISTRY)
         kwargs["help"] = f"{text} ({type_name}, default: {field.default})"
         group.add_argument("--" + field.name.replace("_", "-"), **kwargs)
     return names

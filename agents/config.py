@@ -8,12 +8,12 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from agents.advantages import REGISTRY, Estimator
 from wrappers.prompt import ACTION_MODES, CHOOSE, GENERATE, prompt_template
 from wrappers.text_wrappers import parse_backoff_spec, parse_key_spec
 
-ESTIMATORS = ("gagpo", "gigpo", "grpo", "rloo", "ppo", "hgpo", "graphgpo", "g2po")
-#: The estimators whose every advantage is relative to the group's other episodes: zero in a group of one.
-GROUP_BASELINES = ("grpo", "rloo")
+#: The built-in estimators' names, in the registry's order (agents.advantages.REGISTRY declares each one).
+ESTIMATORS = tuple(REGISTRY)
 DTYPES = ("auto", "float32", "bfloat16")
 BACKENDS = ("hf", "vllm")
 LR_SCHEDULES = ("constant", "linear", "cosine")
@@ -40,9 +40,7 @@ class GAGPOConfig:
         metadata={"help": "train on task seeds 0 .. task_pool - 1 (0: any seed, i.e. a fresh task almost every time)"},
     )
     # --- advantage estimation (docs/algorithm.md)
-    estimator: str = field(
-        default="gagpo", metadata={"help": "gagpo | gigpo | grpo | rloo | ppo | hgpo | graphgpo | g2po"}
-    )
+    estimator: str = field(default="gagpo", metadata={"help": " | ".join(REGISTRY)})
     gamma: float = field(default=0.95, metadata={"help": "discount factor"})
     lam: float = field(
         default=0.8, metadata={"help": "GAGPO's lambda (choice: 0.8 until the learning benchmark says otherwise)"}
@@ -305,13 +303,14 @@ class GAGPOConfig:
             f"device must be 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps', got {self.device!r}",
         )
 
-        check(self.estimator in ESTIMATORS, f"estimator must be one of {ESTIMATORS}, got {self.estimator!r}")
+        check(self.estimator in REGISTRY, f"estimator must be one of {tuple(REGISTRY)}, got {self.estimator!r}")
         check(self.num_groups >= 1 and self.group_size >= 1, "num_groups and group_size must be >= 1")
         # SB3 refuses n_steps * n_envs == 1 with advantage normalisation: the baseline is the sample itself.
         check(
-            self.group_size >= 2 or self.estimator not in GROUP_BASELINES,
+            self.group_size >= 2 or not self.estimator_spec.needs_group,
             f"estimator {self.estimator!r} needs group_size >= 2: its baseline is the group's other episodes, so a "
-            "group of one gets advantage 0 on every step and never learns (or use estimator 'ppo', with a critic)",
+            "group of one gets advantage 0 on every step and never learns (or use an estimator with a critic: "
+            f"{', '.join(e.name for e in REGISTRY.values() if e.needs_critic)})",
         )
         check(self.seed >= 0, f"seed must be >= 0 (numpy's generators take no negative seed), got {self.seed}")
         check(self.vec_mode in ("sync", "async"), f"vec_mode must be 'sync' or 'async', got {self.vec_mode!r}")
@@ -400,6 +399,11 @@ class GAGPOConfig:
             self.tiny_heads >= 1 and self.tiny_hidden_size % self.tiny_heads == 0,
             f"tiny_heads must divide tiny_hidden_size ({self.tiny_hidden_size}), got {self.tiny_heads}",
         )
+
+    @property
+    def estimator_spec(self) -> Estimator:
+        """The registry's entry for ``estimator``: its function, the fields it reads, whether it needs a critic."""
+        return REGISTRY[self.estimator]
 
     def resolved(self, tiny: bool, accelerator: bool = False) -> GAGPOConfig:
         """A copy with every ``"auto"`` / ``None`` / 0 replaced by its value for this model (``tiny``: the

@@ -294,7 +294,7 @@ def build_models(
         )  # fmt: skip
     policy = LLMPolicy(
         model, tokenizer, action_mode=c.action_mode, temperature=c.temperature, max_new_tokens=c.max_new_tokens,
-        value_head=c.estimator == "ppo", choose_score=c.choose_score, precision=precision,
+        value_head=c.estimator_spec.needs_critic, choose_score=c.choose_score, precision=precision,
         token_budget=c.token_budget, backend=backend,
     )  # fmt: skip
     reference = None

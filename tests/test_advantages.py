@@ -31,7 +31,7 @@ from reference_advantages import (
     split_episodes,
 )
 
-from agents import keys as agent_keys
+from agents import state_sets as agent_keys
 from agents.advantages import (
     discounted_returns,
     gae_advantages,

@@ -1,9 +1,11 @@
-"""Key and layout helpers shared by the advantage estimators (``agents/advantages.py``) and their users.
+"""The (group, state) sets the advantage estimators are built from, and the checks of their flat layout.
 
-Checking the flat per-step layout, turning (group, state key) pairs into dense set ids, per-set means and
-standardisation, and the backward scan inside episodes. They live here, not among the estimators, so that
-``advantages.py`` reads like ``docs/algorithm.md``; they are public because other modules and the tests
-use them. The data layout is the one described at the top of ``agents/advantages.py``.
+GAGPO, GiGPO and the rivals all compare a row with the other rows of a set: the rows of one rollout group taken
+from one state key (or one coarser back-off key, or one episode). This module checks the per-step layout, turns
+(group, key) pairs into dense set ids, takes per-set means and standardisation, and runs the backward scan inside
+episodes. It is apart from ``agents/advantages.py`` so that the estimators read like ``docs/algorithm.md``; its
+names are public because other modules and the tests use them. The layout is the one described at the top of
+``agents/advantages.py``.
 """
 
 from __future__ import annotations
