@@ -29,7 +29,7 @@ def check_text_env(env, *, seed: int = 0, n_steps: int = 20, skip_render_check: 
     """Raise ``AssertionError`` where ``env`` breaks the text-env contract; runs Gymnasium's ``check_env`` first.
 
     Gymnasium's ``check_env`` checks the API and that the same seed gives the same observations and infos. Then
-    (DESIGN.md, "The text-env contract"): the spaces are ``gymnasium.spaces.Text`` with ``min_length=0`` and the
+    (docs/environments.md#the-contract): the spaces are ``gymnasium.spaces.Text`` with ``min_length=0`` and the
     space character; every ``info`` carries ``state_key`` (an int64), ``admissible_actions`` (a list of strings the
     action space holds, not empty unless the episode has ended), ``task`` (text in the observation space),
     ``task_id`` (str), ``won`` (bool), ``task_type`` (str) and ``score`` (a finite float: a partial-credit score,

@@ -1,7 +1,7 @@
 """The text-env contract: a ``gymnasium.Env`` whose observations and actions are strings.
 
 A text env knows nothing about LLMs: prompts, parsing and penalties are wrappers. What it owes its users is a
-small, checkable contract (DESIGN.md, "The text-env contract"):
+small, checkable contract (docs/environments.md#the-contract):
 
 * ``observation_space`` and ``action_space`` are :class:`~gagpo_gym.text_space.TextSpace` (a ``gymnasium.spaces.Text``
   that holds any Unicode text without control characters) with ``min_length=0``;

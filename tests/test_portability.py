@@ -21,6 +21,7 @@ import gagpo_gym  # noqa: F401  (registers the envs)
 from agents import GAGPOAgent
 from agents.checkpoint import REFERENCE_FILE
 from agents.warm_start import warm_start
+from wrappers import GENERATE
 
 MAZE = "gagpo_gym/Maze-v0"
 MAZE_KWARGS = {"max_episode_steps": 12}
@@ -169,7 +170,7 @@ def test_every_committed_agent_loads_from_a_copy_outside_the_repo_and_plays(
     assert same_tensors({k: v for k, v in agent.policy.model.state_dict().items() if k in weights}, weights)
     played = agent.evaluate(n_tasks=1, episodes=True)["episodes"][0]
     assert played["length"] > 0
-    if agent.config.action_mode == "generate":  # free text: a malformed command is counted, never a crash
+    if agent.config.action_mode == GENERATE:  # free text: a malformed command is counted, never a crash
         assert 0 <= played["invalid"] <= played["length"]
     else:  # choose mode: every action picked from the admissible list
         assert played["invalid"] == 0

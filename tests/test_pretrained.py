@@ -11,6 +11,7 @@ import torch
 from agent_helpers import save_tiny_checkpoint
 
 from agents import GAGPOAgent
+from wrappers import GENERATE
 
 ENV = "gagpo_gym/FrozenLake-v0"
 SMALL = {"num_groups": 2, "group_size": 2, "minibatch_size": 8, "torch_threads": 1, "verbose": 0,
@@ -24,7 +25,7 @@ def checkpoint(tmp_path_factory) -> Path:
 
 def test_local_checkpoint_full_finetune_uses_generate_mode(checkpoint: Path) -> None:
     agent = GAGPOAgent(ENV, model=str(checkpoint), learning_rate=1e-4, max_new_tokens=4, **SMALL)
-    assert agent.config.action_mode == "generate" and agent.config.learning_rate == 1e-4
+    assert agent.config.action_mode == GENERATE and agent.config.learning_rate == 1e-4
     before = [p.detach().clone() for p in agent.policy.model.parameters()]
     agent.learn(8)
     assert agent.num_timesteps >= 8

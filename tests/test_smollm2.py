@@ -15,6 +15,7 @@ from stable_baselines3.common.logger import Logger
 
 from agents import GAGPOAgent
 from agents.evaluation import info_at
+from wrappers import CHOOSE
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = "gagpo_gym/FrozenLake-v0"
@@ -62,7 +63,7 @@ def test_lora_gradient_checkpointing_bf16(smollm2: Path, tmp_path: Path, mode: s
     moved = sum(int((named[n] != b).sum()) for n, b in lora_b.items()) / sum(b.numel() for b in lora_b.values())
     assert moved > 0.95  # fp32 adapters move at lr 1e-6
     assert all(torch.equal(named[n], b) for n, b in base.items())  # the base (and so the reference) is frozen
-    if mode == "choose":  # the reference does not depend on the action mode: checked once, in the cheaper mode
+    if mode == CHOOSE:  # the reference does not depend on the action mode: checked once, in the cheaper mode
         # The KL term's reference is the adapter-disabled base: the trained policy now differs from it, and the
         # base's own forward gives the reference log-probs exactly.
         rows = agent.buffer.rows

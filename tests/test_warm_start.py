@@ -25,6 +25,7 @@ from agents.gagpo import GAGPOAgent
 from agents.prior import FINE_TUNE, PRIOR_FILE, read_prior
 from agents.warm_start import noisy_expert_transcripts, supervised_epochs, warm_start
 from gagpo_gym.envs.maze import MazeEnv
+from wrappers import CHOOSE, GENERATE
 
 MAZE = "gagpo_gym/Maze-v0"
 TINY_MAZE = {"width": 3, "height": 3, "rooms": 0, "loops": 1, "min_path": 2, "max_path": 3, "max_episode_steps": 10}
@@ -83,9 +84,7 @@ def test_an_agent_on_the_prior_takes_its_fine_tuning_and_prompt_settings(prior):
     agent = GAGPOAgent(MAZE, str(out), env_kwargs=TINY_MAZE, verbose=0, seed=0, num_groups=2, group_size=2)
     c = agent.config
     assert (
-        agent.tiny
-        and c.action_mode == "choose"
-        and read_prior(out)["fine_tune"] == {**FINE_TUNE, "action_mode": "choose"}
+        agent.tiny and c.action_mode == CHOOSE and read_prior(out)["fine_tune"] == {**FINE_TUNE, "action_mode": CHOOSE}
     )
     assert (c.choose_score, c.learning_rate, c.n_epochs) == ("sum", FINE_TUNE["learning_rate"], FINE_TUNE["n_epochs"])
     assert c.history_length == 1  # from prior.json, not the config default
@@ -124,10 +123,10 @@ def test_a_generate_prior_goes_on_from_a_choose_prior_and_writes_tagged_answers(
     )  # fmt: skip
     # The expert's moves were played as tagged answers through the generate-mode wrappers: the episodes still won.
     assert record["transcript_success"] > 0.6 and record["losses"][-1] < record["losses"][0]
-    assert record["model"] == str(parent) and record["action_mode"] == "generate"
-    assert record["fine_tune"]["action_mode"] == "generate" and record["prompt"]["history_length"] == 1  # the parent's
+    assert record["model"] == str(parent) and record["action_mode"] == GENERATE
+    assert record["fine_tune"]["action_mode"] == GENERATE and record["prompt"]["history_length"] == 1  # the parent's
     after = GAGPOAgent(MAZE, str(out), env_kwargs=TINY_MAZE, verbose=0, seed=0, max_new_tokens=24, task_pool=16)
-    assert after.config.action_mode == "generate"  # from its prior.json
+    assert after.config.action_mode == GENERATE  # from its prior.json
     tagged = after.evaluate(n_tasks=16)
     assert bare["invalid_rate"] > 0.9 and tagged["invalid_rate"] < 0.3, (bare, tagged)
     assert tagged["success_rate"] >= bare["success_rate"] + 0.3
