@@ -72,7 +72,7 @@ lint: venv
 	$(VENV)/bin/lint-imports --no-cache
 
 bench: venv
-	$(PY) scripts/bench/advantages.py
+	$(PY) -m lab.bench.advantages
 
 # Mutation testing, not part of `test` or CI (about 15 minutes on 2 cores): mutmut over the modules and tests in
 # pyproject's [tool.mutmut] (MUTATE=all adds agents/advantages.py: about an hour more), then the hand-written mutants

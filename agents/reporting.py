@@ -1,5 +1,6 @@
 """The paper-style results tables (success with Wilson intervals, ALFWorld's task-type columns), Markdown
-tables and all-or-nothing file writes, shared by the evaluation and benchmark scripts."""
+tables and all-or-nothing file writes: what train.py, eval.py and warm_start.py print and write (the lab uses them
+too; its intervals over seeds are lab/reporting.py)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,6 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from gagpo_gym.envs.alfworld import TASK_TYPES as ALFWORLD_TASK_TYPES
 
@@ -179,39 +178,3 @@ def write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
     writer.writeheader()
     writer.writerows(rows)
     atomic_write_text(path, text.getvalue())
-
-
-# ----- intervals over seeds -----------------------------------------------------------------------------------
-def _resampled_means(
-    sides: tuple[list[float], list[float]], draws: int, seed: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Each side's mean and ``draws`` bootstrap means, each side's seeds resampled with replacement on its own."""
-    rng = np.random.default_rng(seed)
-    a, b = (np.asarray(x, dtype=float) for x in sides)
-    if not len(a) or not len(b):
-        raise ValueError("both sides need at least one value")
-    return a, b, *(x[rng.integers(len(x), size=(draws, len(x)))].mean(1) for x in (a, b))
-
-
-def bootstrap_ratio(
-    num: list[float], den: list[float], *, draws: int = 10_000, level: float = 0.9, seed: int = 0
-) -> tuple[float, float, float]:
-    """Ratio of means ``mean(num) / mean(den)`` and its percentile bootstrap interval, resampling seeds of each side."""
-    a, b, ra, rb = _resampled_means((num, den), draws, seed)
-    tail = (1 - level) / 2
-    ratios = ra / rb
-    return float(a.mean() / b.mean()), float(np.quantile(ratios, tail)), float(np.quantile(ratios, 1 - tail))
-
-
-def bootstrap_difference(
-    a: list[float], b: list[float], *, draws: int = 10_000, level: float = 0.9, seed: int = 0
-) -> tuple[float, float, float]:
-    """Difference of means ``mean(a) - mean(b)`` and its percentile bootstrap interval, resampling each side's seeds."""
-    xa, xb, ra, rb = _resampled_means((a, b), draws, seed)
-    tail = (1 - level) / 2
-    differences = ra - rb
-    return (
-        float(xa.mean() - xb.mean()),
-        float(np.quantile(differences, tail)),
-        float(np.quantile(differences, 1 - tail)),
-    )

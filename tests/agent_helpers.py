@@ -43,10 +43,15 @@ def save_tiny_checkpoint(folder: Path, env_id: str, **config: Any) -> Path:
 
 
 def script(name: str):
-    """``scripts/<name>.py`` (``name`` may name a subfolder: ``bench/learning``) imported as a module, to call its
-    functions in this process (no interpreter start-up). Its own folder goes on ``sys.path``, as ``python`` puts it
-    there when the script runs (``scripts/bench/``'s scripts import ``checkouts`` beside them)."""
-    path = Path(__file__).resolve().parents[1] / "scripts" / f"{name}.py"
+    """A command imported as a module, to call its functions in this process (no interpreter start-up): a lab module
+    by its dotted name (``lab.bench.learning``, as ``python -m`` runs it), else a file run by path,
+    ``scripts/<name>.py`` (``dev/results_index``) or ``<name>.py`` under ``lab/`` (``lab/bench/throughput``). A file's
+    own folder goes on ``sys.path``, as ``python`` puts it there (``lab/bench/throughput.py`` imports ``checkouts``
+    beside it)."""
+    if name.startswith("lab."):
+        return importlib.import_module(name)
+    root = Path(__file__).resolve().parents[1]
+    path = root / f"{name}.py" if name.startswith("lab/") else root / "scripts" / f"{name}.py"
     if str(path.parent) not in sys.path:
         sys.path.insert(0, str(path.parent))
     spec = importlib.util.spec_from_file_location(f"script_{name.replace('/', '_')}", path)
@@ -57,7 +62,8 @@ def script(name: str):
 
 
 def call(name: str, *args: str) -> tuple[int, str, str]:
-    """``python scripts/<name>.py ARGS`` in-process: (exit code, stdout, stderr)."""
+    """``python scripts/<name>.py ARGS`` (or ``python -m lab...``, :func:`script`'s names) in-process: (exit code,
+    stdout, stderr)."""
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:

@@ -104,7 +104,7 @@ def play_planner_expert(seeds: list[int]) -> list[str]:
 @needs_data
 def test_planner_expert_wins_a_fixed_sample_of_valid_unseen_games_within_50_steps():
     """Seeds 0..5 (task types take turns: a game of each of the six), split over two worker processes (about 3 s
-    of CPU per game). The whole split is scripts/tables/alfworld_games.py's job (the expert wins all 134 there)."""
+    of CPU per game). The whole split is lab/tables/alfworld_games.py's job (the expert wins all 134 there)."""
     halves = [list(range(0, 6, 2)), list(range(1, 6, 2))]
     with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn")) as pool:
         task_ids = [t for ids in pool.map(play_planner_expert, halves) for t in ids]

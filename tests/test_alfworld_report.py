@@ -1,4 +1,4 @@
-"""The ALFWorld comparison's report (scripts/alfworld_compare.py), written from the committed runs: it counts what
+"""The ALFWorld comparison's report (lab/studies/alfworld_compare.py), written from the committed runs: it counts what
 finished and marks every arm short of its pre-registered seeds as interim, the extra arms included."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ RUNS = Path(__file__).resolve().parents[1] / "results" / "alfworld" / "runs"
 
 def report_from(runs: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     """The report written from copies of these committed runs (and the prior's evaluation) only."""
-    compare = script("alfworld_compare")
+    compare = script("lab.studies.alfworld_compare")
     for name in ["prior", *runs]:
         shutil.copytree(RUNS / name, tmp_path / "runs" / name)
     monkeypatch.setattr(compare, "OUT", tmp_path)

@@ -1,4 +1,4 @@
-"""The learning benchmark's setups as data (agents/configs/bench/*.yaml, agents.benchmark): every file loads, the loaded
+"""The learning benchmark's setups as data (lab/bench/setups/*.yaml, lab.benchmark): every file loads, the loaded
 settings are the ones the benchmark ran with when its setups were Python, and a bad file fails with one line that
 names it."""
 
@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from agent_helpers import script
 
-from agents.benchmark import PRESETS, SETUPS, EnvSetup, load_setup, load_setups, setup_names
 from agents.config import GAGPOConfig
+from lab.benchmark import PRESETS, SETUPS, EnvSetup, load_setup, load_setups, setup_names
 
 ROOT = Path(__file__).resolve().parents[1]
 FULL_CONFIG = {"num_groups": 4, "group_size": 4, "task_pool": 0, "n_epochs": 1, "learning_rate": 1e-4}
@@ -91,7 +91,7 @@ def test_a_bad_setup_file_is_one_error_naming_it(tmp_path: Path, text: str, mess
 
 
 def test_the_benchmark_names_its_setups_and_exits_on_a_bad_file(monkeypatch, capsys):
-    bench = script("bench/learning")
+    bench = script("lab.bench.learning")
     parser, _ = bench.build_parser()
     assert "".join(str(setup_names()).split()) in "".join(parser.format_help().split())  # argparse wraps at '-'
     with pytest.raises(SystemExit):  # the setup is found and its env made; the run list is empty
@@ -102,3 +102,8 @@ def test_the_benchmark_names_its_setups_and_exits_on_a_bad_file(monkeypatch, cap
         bench.main(["--envs", "maze"])
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and err.startswith("error: no benchmark setup 'no-such-setup'"), err
+
+
+def test_a_missing_setups_folder_is_one_error():
+    with pytest.raises(ValueError, match="no benchmark setups"):
+        setup_names(ROOT / "no-such-folder")

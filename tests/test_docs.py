@@ -2,8 +2,9 @@
 
 MkDocs checks links between pages, anchors, the nav and the API pages' objects (``mkdocs build --strict`` with the
 ``validation`` settings of mkdocs.yml). What it cannot see is checked here: the repository paths the pages and the
-README name, the options shown for the commands under ``scripts/``, the ``agents.``/``gagpo_gym.``/``wrappers.``
-names, the code's citations of docs pages and their anchors, and the README's result tables against their reports.
+README name, the options shown for the commands under ``scripts/`` and ``lab/``, the
+``agents.``/``gagpo_gym.``/``wrappers.`` names, the code's citations of docs pages and their anchors, and the README's
+result tables against their reports.
 """
 
 from __future__ import annotations
@@ -124,7 +125,7 @@ def test_readme_links_and_anchors_exist() -> None:
 def test_code_citations_of_docs_pages_exist() -> None:
     """``docs/algorithm.md#key-back-off`` in a docstring or comment names a page and a section that exist."""
     broken = []
-    for folder in ("agents", "gagpo_gym", "wrappers", "scripts", "tests", "configs"):
+    for folder in ("agents", "gagpo_gym", "wrappers", "scripts", "lab", "tests", "configs"):
         for source in sorted((ROOT / folder).rglob("*")):
             if source.suffix not in {".py", ".yaml", ".md"} or source == Path(__file__).resolve():
                 continue
@@ -169,14 +170,14 @@ class _Parsed(Exception):
 @cache
 def script_files() -> dict[str, list[Path]]:
     files: dict[str, list[Path]] = {}
-    for path in sorted((ROOT / "scripts").rglob("*.py")):
+    for path in sorted([*(ROOT / "scripts").rglob("*.py"), *(ROOT / "lab").rglob("*.py")]):
         files.setdefault(path.name, []).append(path)
     return files
 
 
 def command_file(token: str) -> Path | None:
-    """The script a token names: a path from the root, or a name unique under scripts/ (``eval.py``)."""
-    if token.startswith("scripts/") and token.endswith(".py"):
+    """The script a token names: a path from the root, or a name unique under scripts/ and lab/ (``eval.py``)."""
+    if token.startswith(("scripts/", "lab/")) and token.endswith(".py"):
         return ROOT / token
     matches = script_files().get(token, []) if re.fullmatch(r"\w+\.py", token) else []
     return matches[0] if len(matches) == 1 else None
@@ -236,11 +237,12 @@ def command_lines(text: str) -> Iterator[list[str]]:
 
 
 def shown_options(text: str) -> Iterator[tuple[str, str]]:
-    """(command, option) for every option written after a command under scripts/ or ``python -m gagpo_gym.serve``."""
+    """(command, option) for every option written after a command under scripts/ or lab/, or ``python -m`` of a
+    ``gagpo_gym.`` or ``lab.`` module."""
     for words in command_lines(text):
         command = None
         for i, word in enumerate(words):
-            if word == "-m" and i + 1 < len(words) and words[i + 1].startswith("gagpo_gym."):
+            if word == "-m" and i + 1 < len(words) and words[i + 1].startswith(("gagpo_gym.", "lab.")):
                 command = f"-m {words[i + 1]}"
             elif (path := command_file(word)) is not None:
                 command = rel(path)
@@ -265,6 +267,7 @@ def test_option_check_sees_train_and_eval() -> None:
     assert "--no-such-option" not in accepted_options("scripts/eval.py")
     shown = {pair for page in PAGES for pair in shown_options(page.read_text(encoding="utf-8"))}
     assert {("scripts/train.py", "--total-timesteps"), ("scripts/eval.py", "--agent")} <= shown
+    assert {("-m lab.bench.learning", "--envs"), ("lab/bench/throughput.py", "--checkout")} <= shown
 
 
 # ----- the README's result tables -------------------------------------------------------------------------------

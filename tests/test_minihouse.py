@@ -558,7 +558,7 @@ def test_bad_arguments_raise_one_clear_error():
 
 def test_full_houses_start_objects_behind_doors_as_often_as_alfworld():
     """``door_weight``: uniform placement started 34% of the goal objects behind a door; ALFWorld's valid_seen games
-    start 12% there (scripts/research/minihouse_fidelity.py). The full preset's weight brings it near; the small
+    start 12% there (lab/research/minihouse_fidelity.py). The full preset's weight brings it near; the small
     preset's placement is uniform as before."""
 
     def behind(env: MiniHouseEnv) -> float:

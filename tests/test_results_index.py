@@ -27,7 +27,7 @@ def test_every_learning_study_is_indexed_with_its_report_and_a_headline():
         assert name == name.lower() and "_" not in name, name  # one naming rule: lower case, '-' separated
         assert (folder / "report.md").is_file() and f"### [{name}](learning/{name}/report.md)" in text, name
         meta = yaml.safe_load((folder / "study.yaml").read_text())
-        assert meta["command"].startswith("python scripts/bench/learning.py"), name
+        assert meta["command"].startswith("python -m lab.bench.learning"), name
         if (folder / "runs.json").is_file():  # a run the benchmark wrote: its plot is linked beside it
             assert "![learning curves](curve.png)" in (folder / "report.md").read_text(), name
 

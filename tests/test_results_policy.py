@@ -76,7 +76,7 @@ def naming_texts() -> str:
 
 def test_every_committed_agent_is_named_or_read_by_a_study():
     """A folder of results/agents/ is named (``results/agents/<name>``) by a page, a report, a setup or a script,
-    or is a final agent of the ALFWorld comparison with its run's record (scripts/alfworld_compare.py reads it)."""
+    or is a final agent of the ALFWorld comparison with its run's record (lab/studies/alfworld_compare.py reads it)."""
     texts = naming_texts()
     unnamed = []
     for folder in sorted(p for p in AGENTS.iterdir() if p.is_dir()):

@@ -2,7 +2,7 @@
 
 train.py: every GAGPOConfig field is a flag; train -> checkpoint -> save -> resume continues the step count; bad
 values and unknown envs exit 2 with one readable line. eval.py: the paper-style table with expert and random rows,
-CSV/JSON written, a saved agent as a row, clear failures. bench/learning.py: a micro run writes its tables and plot.
+CSV/JSON written, a saved agent as a row, clear failures. lab.bench.learning: a micro run writes its tables and plot.
 """
 
 from __future__ import annotations
@@ -31,9 +31,11 @@ TINY_AGENT = ["--num-groups", "2", "--group-size", "2", "--torch-threads", "1", 
 
 
 def run(script: str, *args: str, timeout: int = 120) -> subprocess.CompletedProcess:
+    """``python scripts/<script> ARGS``, or ``python -m <script> ARGS`` for a lab module (``lab.bench.learning``)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+    command = ["-m", script] if script.startswith("lab.") else [str(SCRIPTS / script)]
     return subprocess.run(
-        [sys.executable, str(SCRIPTS / script), *args],
+        [sys.executable, *command, *args],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -51,17 +53,18 @@ def parse_table(stdout: str, nth: int = 0) -> list[dict[str, str]]:
 
 
 def test_no_script_is_named_as_an_installed_module():
-    """Python puts a script's own folder first on ``sys.path``: a ``scripts/bench/openenv.py`` is what the
-    ``import openenv`` of gagpo_gym's OpenEnv bridge would then find, not the package."""
+    """Python puts a script's own folder first on ``sys.path``: a ``scripts/dev/openenv.py`` (or one in
+    ``lab/bench/``, where three scripts run by path) is what the ``import openenv`` of gagpo_gym's OpenEnv bridge
+    would then find, not the package."""
     import importlib.machinery
 
-    mine = (SCRIPTS, ROOT / "tests")  # the folders the tests put on sys.path; the installed packages stay
+    mine = (SCRIPTS, ROOT / "lab", ROOT / "tests")  # the folders the tests put on sys.path; the installed packages stay
     outside = [
         p
         for p in sys.path
         if p and Path(p).resolve() != ROOT and not any(Path(p).resolve().is_relative_to(m) for m in mine)
     ]
-    for path in SCRIPTS.rglob("*.py"):
+    for path in [*SCRIPTS.rglob("*.py"), *(ROOT / "lab" / "bench").glob("*.py")]:
         spec = importlib.machinery.PathFinder.find_spec(path.stem, outside)
         assert spec is None, f"{path.relative_to(ROOT)} shadows the installed {path.stem} ({spec.origin})"
 
@@ -226,7 +229,7 @@ def test_eval_fails_clearly(args, message):
 
 def test_bench_learning_micro_run_writes_tables_and_plot(tmp_path):
     result = run(
-        "bench/learning.py", "--envs", "maze", "--env-kwargs", TINY_MAZE, "--estimators", "gagpo", "grpo",
+        "lab.bench.learning", "--envs", "maze", "--env-kwargs", TINY_MAZE, "--estimators", "gagpo", "grpo",
         "--seeds", "0", "--total-steps", "40", "--eval-every", "20", "--eval-tasks", "2", "--out", str(tmp_path),
         *TINY_AGENT,
     )  # fmt: skip
@@ -249,7 +252,7 @@ def test_bench_learning_micro_run_writes_tables_and_plot(tmp_path):
 
 
 def test_bench_learning_bootstrap_ratio_is_the_ratio_of_means_with_an_interval():
-    bench = script("bench/learning")
+    bench = script("lab.bench.learning")
     ratio, low, high = bench.bootstrap_ratio([1000, 2000, 3000], [4000, 4000, 4000])
     assert ratio == pytest.approx(0.5) and 0.25 <= low < 0.5 < high <= 0.75
     assert bench.bootstrap_ratio([1000, 2000, 3000], [4000, 4000, 4000]) == (ratio, low, high)  # seeded
@@ -276,10 +279,10 @@ def test_bench_learning_bootstrap_ratio_is_the_ratio_of_means_with_an_interval()
 
 
 def test_bench_learning_runs_only_the_variants_when_no_estimator_is_named(tmp_path):
-    code, _, stderr = call("bench/learning", "--envs", "maze", "--estimators")
+    code, _, stderr = call("lab.bench.learning", "--envs", "maze", "--estimators")
     assert code == 2 and "nothing to run" in stderr
     result = run(
-        "bench/learning.py", "--envs", "maze", "--env-kwargs", TINY_MAZE, "--estimators", "--variant",
+        "lab.bench.learning", "--envs", "maze", "--env-kwargs", TINY_MAZE, "--estimators", "--variant",
         'coef1={"episode_coef": 1.0}', "--seeds", "0", "--total-steps", "20", "--eval-every", "20", "--eval-tasks",
         "2", "--out", str(tmp_path), "--save-agents", str(tmp_path / "agents"), *TINY_AGENT,
     )  # fmt: skip
@@ -292,12 +295,12 @@ def test_bench_learning_runs_only_the_variants_when_no_estimator_is_named(tmp_pa
     budget = ("--seeds", "0", "--total-steps", "20", "--eval-every", "20", "--eval-tasks", "2")
     base = tmp_path / "baseline"
     result = run(
-        "bench/learning.py", "--envs", "maze", "--env-kwargs", TINY_MAZE, "--estimators", "grpo", *budget,
+        "lab.bench.learning", "--envs", "maze", "--env-kwargs", TINY_MAZE, "--estimators", "grpo", *budget,
         "--out", str(base), *TINY_AGENT,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     files = [str(tmp_path / "maze" / "runs.json"), str(base / "maze" / "runs.json")]
-    code, _, stderr = call("bench/learning", "--envs", "maze", "--env-kwargs", TINY_MAZE, "--merge", *files,
+    code, _, stderr = call("lab.bench.learning", "--envs", "maze", "--env-kwargs", TINY_MAZE, "--merge", *files,
                            "--out", str(tmp_path / "merged"))  # fmt: skip
     assert code == 0, stderr
     merged = json.loads((tmp_path / "merged" / "maze" / "runs.json").read_text())
@@ -307,12 +310,12 @@ def test_bench_learning_runs_only_the_variants_when_no_estimator_is_named(tmp_pa
     other = json.loads(Path(files[1]).read_text())
     other["budget"]["total_steps"] = 40
     Path(files[1]).write_text(json.dumps(other))
-    code, _, stderr = call("bench/learning", "--envs", "maze", "--env-kwargs", TINY_MAZE, "--merge", *files)
+    code, _, stderr = call("lab.bench.learning", "--envs", "maze", "--env-kwargs", TINY_MAZE, "--merge", *files)
     assert code == 2 and "another budget" in stderr
 
 
 def test_bench_learning_paper_preset_needs_a_setup_with_a_prior():
-    code, _, stderr = call("bench/learning", "--paper", "--envs", "maze", "--estimators", "gagpo")
+    code, _, stderr = call("lab.bench.learning", "--paper", "--envs", "maze", "--estimators", "gagpo")
     assert code == 2 and "warm-start prior" in stderr
 
 
@@ -360,7 +363,7 @@ def test_train_takes_key_backoff_as_a_list_of_keys():
 
 
 def test_fingerprint_estimators_are_deterministic_and_written_to_out(tmp_path):
-    code, stdout, stderr = call("bench/fingerprint", "--only", "estimators", "--out", str(tmp_path / "fp.txt"))
+    code, stdout, stderr = call("lab/bench/fingerprint", "--only", "estimators", "--out", str(tmp_path / "fp.txt"))
     assert code == 0, stderr
     entries = dict(line.split("  ") for line in stdout.splitlines())
     assert len(entries) > 20 and all(len(v) == 64 and int(v, 16) >= 0 for v in entries.values()), entries
@@ -368,7 +371,7 @@ def test_fingerprint_estimators_are_deterministic_and_written_to_out(tmp_path):
     assert entries["estimators/gagpo"] != entries["estimators/gagpo_no_bootstrap"]
     assert (tmp_path / "fp.txt").read_text() == stdout
     assert f"measuring the checkout at {ROOT}" in stderr
-    assert call("bench/fingerprint", "--only", "estimators")[1] == stdout
+    assert call("lab/bench/fingerprint", "--only", "estimators")[1] == stdout
 
 
 # ----- issue 22: train.py's evaluation table, --until, your own env, Ctrl-C ------------------------------------
@@ -502,13 +505,13 @@ def test_ctrl_c_in_async_mode_ends_with_one_line_and_exit_130(tmp_path):
     assert (Path(checkpoint) / "agent.json").is_file()
 
 
-# ----- issue 24: bench/throughput.py -----------------------------------------------------------------------
+# ----- issue 24: lab/bench/throughput.py -----------------------------------------------------------------------
 def test_bench_throughput_counts_flops_from_the_shapes_by_hand():
     from types import SimpleNamespace
 
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    bench = script("bench/throughput")
+    bench = script("lab/bench/throughput")
     # 2 x 1000 x 5 matmul, 2 x 2 x 5^2 x 8 x 2 attention (a dense square), 2 x 40 x 3 head
     flops = bench.forward_flops(5, 3, matmul_params=1000, layers=2, attn_dim=8, head_params=40)
     assert flops == {"matmul": 10_000, "attention": 1_600, "head": 240, "total": 11_840}
@@ -527,7 +530,7 @@ def test_bench_throughput_counts_flops_from_the_shapes_by_hand():
 def test_bench_throughput_micro_run_reports_steps_flops_and_the_peak(tmp_path):
     config = json.dumps({"num_groups": 1, "group_size": 2, "tiny_hidden_size": 32})
     code, stdout, stderr = call(
-        "bench/throughput", "--settings", "maze", "--steps", "1", "--config", config, "--env-kwargs", TINY_MAZE,
+        "lab/bench/throughput", "--settings", "maze", "--steps", "1", "--config", config, "--env-kwargs", TINY_MAZE,
         "--peak-sizes", "128", "256", "--out", str(tmp_path / "t.md"), "--json", str(tmp_path / "t.json"),
     )  # fmt: skip
     assert code == 0, stderr + stdout
@@ -550,7 +553,7 @@ def test_bench_learning_paper_preset_fine_tunes_the_committed_full_house_prior(t
     prior = ROOT / "results" / "agents" / "minihouse-full-search"
     assert (prior / "prior.json").is_file() and (prior / "model.safetensors").is_file()
     result = run(
-        "bench/learning.py", "--paper", "--envs", "minihouse-full", "--estimators", "gagpo", "--seeds", "0",
+        "lab.bench.learning", "--paper", "--envs", "minihouse-full", "--estimators", "gagpo", "--seeds", "0",
         "--total-steps", "30", "--eval-every", "30", "--eval-tasks", "2", "--num-groups", "1", "--group-size", "2",
         "--out", str(tmp_path), timeout=300,
     )  # fmt: skip
@@ -570,7 +573,7 @@ def test_credit_check_finds_the_zero_credit_of_a_failing_tail_no_winner_shared()
 
     from agents.buffer import Row
 
-    credit = script("research/credit_check")
+    credit = script("lab.research.credit_check")
 
     def episode(episode: int, states: list[str], won: bool) -> list[Row]:
         rows = []
@@ -611,7 +614,7 @@ def test_credit_check_finds_the_zero_credit_of_a_failing_tail_no_winner_shared()
 
 def test_credit_check_reports_one_rollout_of_a_prior(tmp_path):
     result = run(
-        "research/credit_check.py", "--model", str(ROOT / "results" / "agents" / "minihouse-full-search"),
+        "lab.research.credit_check", "--model", str(ROOT / "results" / "agents" / "minihouse-full-search"),
         "--env-kwargs", '{"size": "small"}', "--groups", "1", "--group-size", "2", "--seeds", "0",
         "--state-keys", "state", "--compare", "gigpo", "grpo", "--out", str(tmp_path / "credit.md"), timeout=300,
     )  # fmt: skip
@@ -622,7 +625,7 @@ def test_credit_check_reports_one_rollout_of_a_prior(tmp_path):
 
 
 def test_final_cycle_is_the_loop_an_episode_ends_in():
-    cycles = script("research/greedy_cycles")
+    cycles = script("lab.research.greedy_cycles")
     assert cycles.final_cycle(list("abcbcbc")) == (3, 2)  # "b c" from step 1 to the end: repeats from step 3
     assert cycles.final_cycle(list("abcabcab")) == (3, 3)
     assert cycles.final_cycle(list("xaaaa")) == (2, 1)
@@ -642,7 +645,7 @@ def test_greedy_cycles_reports_a_prior_and_its_saved_agent_alike(tmp_path):
     GAGPOAgent("gagpo_gym/MiniHouse-v0", prior, env_kwargs={"size": "small"}, verbose=0).save(tmp_path / "agent")
     out = tmp_path / "cycles.md"
     code, stdout, stderr = call(
-        "research/greedy_cycles", "--model", prior, str(tmp_path / "agent"), "--env-kwargs", '{"size": "small"}',
+        "lab.research.greedy_cycles", "--model", prior, str(tmp_path / "agent"), "--env-kwargs", '{"size": "small"}',
         "--tasks", "6", "--batch", "3", "--out", str(out), "--agreement-tasks", "2",
     )  # fmt: skip
     assert code == 0, stderr

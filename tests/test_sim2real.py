@@ -1,4 +1,5 @@
-"""Sim-to-real: the fidelity measurements (MiniHouse against the real ALFWorld games) and the one-command pipeline.
+"""Sim-to-real: the fidelity measurements (MiniHouse against the real ALFWorld games) and the study
+(lab/studies/sim2real.py: train, evaluate, report).
 
 The ALFWorld parts play real games on ALFWorld's own engine from ``../shared/alfworld`` and skip only where
 ALFWorld or its data is absent.
@@ -12,11 +13,12 @@ import pathlib
 
 import pytest
 import torch
+import yaml
 from agent_helpers import script
 from safetensors.torch import load_file
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-fidelity = script("research/minihouse_fidelity")
+fidelity = script("lab.research.minihouse_fidelity")
 
 ALFWORLD_DATA = ROOT / ".." / "shared" / "alfworld" / "json_2.1.1"
 
@@ -56,20 +58,38 @@ def test_alfworld_statistics_and_phrasing_coverage():
     assert not stats["unknown_goal_object"] and not stats["unknown_goal_receptacle"]
 
 
+def small_settings(folder: pathlib.Path, **changes: object) -> pathlib.Path:
+    """The committed settings file, made small (``changes``: sections' values replaced), written into ``folder``."""
+    sim2real = script("lab.studies.sim2real")
+    settings = yaml.safe_load(sim2real.SETTINGS.read_text())
+    for section, values in changes.items():
+        settings[section] = {**settings[section], **values} if isinstance(values, dict) else values
+    path = folder / "settings.yaml"
+    path.write_text(yaml.safe_dump(settings))
+    return path
+
+
 def test_pipeline_trains_selects_and_resumes(tmp_path):
-    """The whole pipeline, small: a warm start, one GAGPO iteration (2 episodes of one task), model selection on
-    valid_seen, both splits played on the real engine, then a resume that trains and plays nothing again."""
+    """The whole study, small: a warm start, one GAGPO iteration (2 episodes of one task), model selection on
+    valid_seen, both splits played on the real engine, then a resume that trains and plays nothing again; the
+    records name the settings' sha256 and the commit, and a resume with other settings is refused."""
     _need_alfworld()
-    sim2real = script("sim2real")
+    sim2real = script("lab.studies.sim2real")
 
     from agents.gagpo import GAGPOAgent
 
     out = tmp_path / "s2r"
-    argv = ["--out", str(out), "--episodes", "3", "--epochs", "1", "--steps", "1", "--num-groups", "1",
-            "--group-size", "2", "--ent-coef", "0.05", "--n-seen", "1", "--n-unseen", "1",
-            "--n-heldout", "2"]  # fmt: skip
-    assert sim2real.main(argv) == 0
+    small = dict(
+        prior=None, warm_start={"episodes": 3, "epochs": 1},
+        gagpo={"steps": 1, "num_groups": 1, "group_size": 2, "ent_coef": 0.05},
+        evaluation={"valid_seen": 1, "valid_unseen": 1, "minihouse_heldout": 2},
+    )  # fmt: skip
+    settings = small_settings(tmp_path, **small)
+    argv = ["--settings", str(settings), "--out", str(out)]
+    assert sim2real.main(["all", *argv]) == 0
     payload = json.loads((out / "sim2real.json").read_text())
+    record = json.loads((out / "work" / "train.json").read_text())
+    assert payload["settings_sha256"] == record["settings_sha256"] and record["commit"] and payload["commit"]
     for split in ("valid_seen", "valid_unseen"):
         rows = {row["policy"]: row for row in payload["tables"][split]}
         assert set(rows) == set(sim2real.ROWS) and all(row["Games"] == 1 for row in rows.values())
@@ -108,24 +128,37 @@ def test_pipeline_trains_selects_and_resumes(tmp_path):
     stamps = {p: p.stat().st_mtime_ns for p in (out / "eval").rglob("eval.json")}
     assert len(stamps) == 10
     trained = (work / "gagpo" / "agent.json").stat().st_mtime_ns
-    assert sim2real.main([*argv, "--resume"]) == 0  # nothing is trained or played again
+    assert sim2real.main(["all", *argv, "--resume"]) == 0  # nothing is trained or played again
     assert {p: p.stat().st_mtime_ns for p in (out / "eval").rglob("eval.json")} == stamps
     assert (work / "gagpo" / "agent.json").stat().st_mtime_ns == trained
+    (tmp_path / "other").mkdir()
+    other = small_settings(tmp_path / "other", **small, seed=1)
+    with pytest.raises(SystemExit) as ended:
+        sim2real.main(["train", "--settings", str(other), "--out", str(out), "--resume"])
+    assert ended.value.code == 2 and (work / "gagpo" / "agent.json").stat().st_mtime_ns == trained
 
 
 def test_a_given_prior_is_fine_tuned_as_it_is_and_a_folder_without_one_is_refused(tmp_path, capsys):
-    """``--prior PATH`` reuses a warm-start folder: its own record comes back and nothing is trained; a folder that
-    is not a warm start ends in one readable error before any work."""
-    sim2real = script("sim2real")
+    """The settings' ``prior`` (the committed run's) is a warm-start folder reused as it is: its own record comes back
+    and nothing is trained; a folder that is not a warm start ends in one readable error before any work."""
+    sim2real = script("lab.studies.sim2real")
 
-    source = ROOT / "results" / "agents" / "minihouse-full-search"
-    args = sim2real.build_parser().parse_args(["--prior", str(source)])
+    settings = sim2real.read_settings(sim2real.SETTINGS)
+    source = ROOT / settings["prior"]
     stamp = (source / "prior.json").stat().st_mtime_ns
-    record = sim2real.warm_start_stage(args, pathlib.Path(args.prior))
+    record = sim2real.warm_start_stage(settings, source, resume=False, torch_threads=1)
     assert record == json.loads((source / "prior.json").read_text()) and record["episodes"] == 800
     assert (source / "prior.json").stat().st_mtime_ns == stamp
     with pytest.raises(SystemExit) as ended:
-        sim2real.main(["--prior", str(tmp_path), "--out", str(tmp_path / "out")])
+        sim2real.main(["train", "--settings", str(small_settings(tmp_path, prior=str(tmp_path))),
+                       "--out", str(tmp_path / "out")])  # fmt: skip
     assert ended.value.code == 2
     assert "not a warm-start folder" in capsys.readouterr().err
     assert not (tmp_path / "out" / "work" / "gagpo").exists()
+
+
+def test_a_settings_file_with_a_bad_value_is_one_error(tmp_path, capsys):
+    sim2real = script("lab.studies.sim2real")
+    with pytest.raises(SystemExit) as ended:
+        sim2real.main(["status", "--settings", str(small_settings(tmp_path, gagpo={"steps": -1}))])
+    assert ended.value.code == 2 and "gagpo.steps must be an int >= 0, got -1" in capsys.readouterr().err

@@ -57,7 +57,7 @@ def test_the_printed_table_keeps_the_paper_column_order_and_cells() -> None:
 
 
 def test_bootstrap_difference_of_seed_means_with_an_interval() -> None:
-    from agents.reporting import bootstrap_difference
+    from lab.reporting import bootstrap_difference
 
     diff, low, high = bootstrap_difference([0.9, 0.8, 0.85], [0.6, 0.7, 0.65])
     assert diff == pytest.approx(0.2) and 0.1 <= low < 0.2 < high <= 0.3

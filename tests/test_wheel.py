@@ -1,7 +1,7 @@
-"""A wheel that works outside a checkout: `pip install .` (not editable) ships the recipes and the benchmark setups
-as package data of ``agents`` (``agents/configs/``, read through importlib.resources), so the library, the recipes
-and the setups work from an installed package in any folder. An install without that data says so in one line
-instead of listing no recipes.
+"""A wheel that works outside a checkout: `pip install .` (not editable) ships the recipes as package data of
+``agents`` (``agents/configs/recipes``, read through importlib.resources), so the library and the recipes work from
+an installed package in any folder, and it ships no lab (the studies and benchmarks, with the benchmark setups, stay
+in the checkout). An install without its recipes says so in one line instead of listing no recipes.
 
 The wheel is built from a copy of the package sources (what an sdist holds) and installed with ``--no-deps`` into a
 temporary venv that reads this venv's dependencies through a ``.pth`` line (``--system-site-packages`` would give the
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from agents import benchmark, recipes
+from agents import recipes
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("gagpo_gym", "agents", "wrappers")
@@ -80,16 +80,15 @@ def run_outside(python: Path, cwd: Path, *args: str) -> subprocess.CompletedProc
     return subprocess.run([str(python), *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
 
 
-def test_the_wheel_carries_the_recipes_and_the_setups(installed):
+def test_the_wheel_carries_the_recipes_and_no_lab(installed):
     wheel, _, _ = installed
     names = set(zipfile.ZipFile(wheel).namelist())
     for name in recipes.recipe_names():
         assert f"agents/configs/recipes/{name}.yaml" in names, name
-    for name in benchmark.setup_names():
-        assert f"agents/configs/bench/{name}.yaml" in names, name
+    assert not [name for name in names if name.startswith("lab/")]
 
 
-def test_the_installed_package_lists_and_loads_recipes_and_setups_outside_the_checkout(installed):
+def test_the_installed_package_lists_and_loads_recipes_outside_the_checkout(installed):
     _, python, elsewhere = installed
     check = textwrap.dedent(
         """
@@ -100,18 +99,16 @@ def test_the_installed_package_lists_and_loads_recipes_and_setups_outside_the_ch
         import agents
         import gagpo_gym
         from agents import GAGPOAgent, GAGPOConfig
-        from agents.benchmark import SETUPS, load_setup, load_setups
         from agents.recipes import RECIPES, load_recipe, recipe_names
 
-        _, info = gymnasium.make(load_setup("maze").env_id).reset(seed=0)  # the envs register from the wheel
+        _, info = gymnasium.make("gagpo_gym/Maze-v0").reset(seed=0)  # the envs register from the wheel
         assert info["admissible_actions"] and gagpo_gym.__file__
         values, sources = load_recipe("alfworld-gagpo-qwen2.5-1.5b")  # extends verl-agent-alfworld
         GAGPOConfig(**{k: v for k, v in values.items() if k in GAGPOConfig.__dataclass_fields__})
         print(json.dumps({
             "package": agents.__file__, "envs": gagpo_gym.__file__,
-            "recipes_dir": str(RECIPES), "setups_dir": str(SETUPS),
-            "recipes": recipe_names(), "setups": sorted(load_setups()), "estimator": values["estimator"],
-            "n_sources": len(sources), "maze": load_setup("maze").env_id, "agent": GAGPOAgent.__name__,
+            "recipes_dir": str(RECIPES), "recipes": recipe_names(), "estimator": values["estimator"],
+            "n_sources": len(sources), "agent": GAGPOAgent.__name__,
         }))
         """
     )
@@ -119,10 +116,10 @@ def test_the_installed_package_lists_and_loads_recipes_and_setups_outside_the_ch
     assert run.returncode == 0, run.stderr[-3000:]
     got = json.loads(run.stdout.strip().splitlines()[-1])
     site = str(python.parents[1])
-    for key in ("package", "envs", "recipes_dir", "setups_dir"):  # the wheel's files, not the checkout's
+    for key in ("package", "envs", "recipes_dir"):  # the wheel's files, not the checkout's
         assert got[key].startswith(site) and not got[key].startswith(str(ROOT)), (key, got[key])
-    assert got["recipes"] == recipes.recipe_names() and got["setups"] == benchmark.setup_names()
-    assert got["estimator"] == "gagpo" and got["n_sources"] > 10 and got["maze"] == "gagpo_gym/Maze-v0"
+    assert got["recipes"] == recipes.recipe_names()
+    assert got["estimator"] == "gagpo" and got["n_sources"] > 10
 
 
 def test_train_list_recipes_runs_against_the_installed_package(installed):
@@ -140,8 +137,3 @@ def test_an_install_without_its_recipes_says_so(tmp_path, monkeypatch, capsys):
     assert exit_info.value.code != 0
     err = capsys.readouterr().err
     assert err.startswith("error: no recipes in") and "package data" in err and len(err.splitlines()) == 1
-
-
-def test_an_install_without_its_setups_says_so(tmp_path):
-    with pytest.raises(ValueError, match="no benchmark setups"):
-        benchmark.setup_names(tmp_path / "missing")

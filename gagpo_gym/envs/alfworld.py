@@ -11,7 +11,7 @@ instead of ``textworld.gym``'s batched subprocesses, so Gymnasium's vector envs 
 * ``state_key``: blake2b of the engine's true state, its sorted PDDL facts. The key of the observation text
   instead (GiGPO's key; every invalid command shares the key of "Nothing happens.") is the key wrapper's
   (``wrappers.StateKey``, ``key="observation"`` or the back-off key ``"observation"``), so that the two can be
-  compared (``scripts/tables/alfworld_games.py``).
+  compared (``lab/tables/alfworld_games.py``).
 * ``expert_action(kind)``: one of ALFWorld's two experts (``AlfredExpert``, ``EXPERTS``): ``"planner"``,
   fast-downward's optimal plan from the true state, which wins every game; or ``"handcoded"``, ALFWorld's
   rule-based explorer, which sees only what the agent sees. ``kind=None`` plays the constructor's ``expert``

@@ -6,7 +6,7 @@ it, and its headline number.
 
 The data: every study folder holds a ``study.yaml`` with ``question``, ``command`` and ``headline`` (and ``report``,
 the report's file name, default ``report.md``), or ``studies:``, a list of those for a folder of several reports. A
-learning study (``results/learning/<study>/``, written by ``scripts/bench/learning.py``) may leave out its headline:
+learning study (``results/learning/<study>/``, written by ``lab/bench/learning.py``) may leave out its headline:
 it is read from its ``runs.json``, the final success of each run (mean +- sd over seeds). The committed agents
 (``results/agents/``) are listed from their own ``prior.json`` or ``agent.json``. A test checks that the committed
 index is what this script writes.
@@ -46,7 +46,7 @@ def policy_lines() -> list[str]:
         "- A study's record: its report, the data its tables and plots are made from (runs.json, CSV, JSON), its",
         "  plots and its `study.yaml`. Not its working files: checkpoints go to the ignored `runs/`.",
         "- Committed agents (`agents/`): only those a page or the README names, a report links, a benchmark setup",
-        "  fine-tunes (`prior_path`) or a study's script reads (`scripts/alfworld_compare.py` takes each run's final",
+        "  fine-tunes (`prior_path`) or a study reads (`lab/studies/alfworld_compare.py` takes each run's final",
         "  agent as the record that the run is trained, and evaluates from it). Each is saved for playing: model,",
         f"  tokenizer, config, RNG state and manifest, no optimizer state (`{OPTIMIZER_FILE}`: only resuming a run",
         "  reads it; `agents.checkpoint.drop_optimizer_state` makes the copy, `GAGPOAgent.load` plays it and refuses",
@@ -140,7 +140,7 @@ def render() -> str:
         "",
         "## Learning studies (`learning/`)",
         "",
-        "Each made by `scripts/bench/learning.py` (setups: `agents/configs/bench/`): report.md, runs.json, steps.csv,",
+        "Each made by `lab/bench/learning.py` (setups: `lab/bench/setups/`): report.md, runs.json, steps.csv,",
         "iterations.csv, curve.png.",
         "",
     ]

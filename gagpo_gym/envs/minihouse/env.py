@@ -15,7 +15,7 @@ from gagpo_gym.envs.minihouse import vocab
 from gagpo_gym.envs.minihouse.house import House, HouseConfig, SearchingExpert, SweepingExpert, generate
 
 #: ``door_weight`` of full-size houses: ALFWorld's valid_seen games start 12% of their goal objects behind a door,
-#: uniform placement here started 34% there, this weight 12% (scripts/research/minihouse_fidelity.py, 500 houses).
+#: uniform placement here started 34% there, this weight 12% (lab/research/minihouse_fidelity.py, 500 houses).
 FULL_DOOR_WEIGHT = 0.2
 #: Size presets. ``None`` means as in ALFWorld's scenes (room-kind statistics, see ``vocab``).
 SIZES: dict[str, dict[str, Any]] = {

@@ -80,7 +80,7 @@ class HouseConfig:
     lamp_probability: float = 0.7  # a desk lamp stands in living rooms and bedrooms that have a holder for it
     #: Relative chance that an object starts in a receptacle with a door rather than in an open one. 1: uniform
     #: over the receptacles that can hold it. ALFWorld's scenes keep objects out in the open more often (see
-    #: ``SIZES`` in env.py and scripts/research/minihouse_fidelity.py).
+    #: ``SIZES`` in env.py and lab/research/minihouse_fidelity.py).
     door_weight: float = 1.0
 
 

@@ -1,7 +1,7 @@
 """A Markdown table of the TextArena games (gagpo_gym/TextArena-<Game>-v0), also written to results/textarena/.
 
-    python scripts/tables/textarena_games.py                     # every registered TextArena game
-    python scripts/tables/textarena_games.py --games TowerOfHanoi Nim --episodes 20
+    python -m lab.tables.textarena_games                     # every registered TextArena game
+    python -m lab.tables.textarena_games --games TowerOfHanoi Nim --episodes 20
 
 Per game: whether it passes the project's checker (and Gymnasium's ``check_env``); random-policy success (uniform
 over the admissible actions) over ``--episodes`` seeded tasks, one episode each; the expert's success on the same
@@ -21,8 +21,8 @@ import gymnasium as gym
 import numpy as np
 
 import gagpo_gym
-from agents.benchmark import run_episode, uniform_policy
 from gagpo_gym.envs.textarena import GAGPO_TEXTARENA_PREFIX, GAMES
+from lab.benchmark import run_episode, uniform_policy
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> str:
     print(table)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     with open(f"{args.out}.md", "w") as f:
-        made = "Made by `python scripts/tables/textarena_games.py`."
+        made = "Made by `python -m lab.tables.textarena_games`."
         f.write(f"# TextArena games (textarena 0.7.4)\n\n{made}\n\n{table}\n")
     with open(f"{args.out}.json", "w") as f:
         json.dump([asdict(r) for r in rows], f, indent=1)

@@ -1,7 +1,7 @@
 """Peak CPU memory of one rollout step with Qwen2.5's 151,936-token vocabulary, for any checkout of this repo.
 
-    python scripts/bench/memory.py                        # this checkout
-    python scripts/bench/memory.py --repo /tmp/old --repo .   # an older checkout against this one
+    python lab/bench/memory.py                        # this checkout
+    python lab/bench/memory.py --repo /tmp/old --repo .   # an older checkout against this one
 
 One step is ``LLMPolicy.act`` on 64 prompts of about 200 tokens with a tiny random Qwen2 (hidden 64, 2 layers,
 vocabulary 151,936) on CPU: (a) generate mode, 64 new tokens; (b) choose mode, 20 admissible actions per prompt.

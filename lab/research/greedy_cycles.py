@@ -1,6 +1,6 @@
 """How an agent's greedy episodes fail: how many end in a prompt cycle, and whether its history could show the cycle.
 
-    python scripts/research/greedy_cycles.py --model results/agents/minihouse-full-search \\
+    python -m lab.research.greedy_cycles --model results/agents/minihouse-full-search \\
         --env-kwargs '{"size": "full"}'
 
 Each model (a warm-start prior or a saved agent's folder) plays held-out tasks (seeds from ``--offset``) once each

@@ -1,6 +1,6 @@
 """How MiniHouse's houses differ from ALFWorld's real games: the same statistics measured on both.
 
-    python scripts/research/minihouse_fidelity.py --splits valid_seen valid_unseen --houses 500 --out results/sim2real
+    python -m lab.research.minihouse_fidelity --splits valid_seen valid_unseen --houses 500 --out results/sim2real
 
 ALFWorld's side is read from the real engine: each game's initial PDDL facts (receptacles, their locations and
 doors, where every object is), its ``traj_data.json`` task parameters, and the observations of its walkthrough

@@ -1,7 +1,7 @@
 """ALFWorld-v0 on the real engine: expert success per task type, step/reset cost, and how often the
 observation-text key (GiGPO's) merges states that the true-state key tells apart.
 
-    python scripts/tables/alfworld_games.py --splits valid_unseen valid_seen --random-rollouts 2
+    python -m lab.tables.alfworld_games --splits valid_unseen valid_seen --random-rollouts 2
 
 Aliasing is measured per game, because advantages are grouped per task (a group replays one game):
 

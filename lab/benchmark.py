@@ -1,7 +1,7 @@
-"""The learning benchmark's setups and budgets (``scripts/bench/learning.py``), and the small measuring pieces that
+"""The learning benchmark's setups and budgets (``lab/bench/learning.py``), and the small measuring pieces that
 the benchmark and table scripts share.
 
-A setup is data: ``agents/configs/bench/<name>.yaml`` holds an env as benchmarked (its constructor arguments, the
+A setup is data: ``lab/bench/setups/<name>.yaml`` holds an env as benchmarked (its constructor arguments, the
 hyperparameters that suit it, the success bar, a warm-start prior), so that adding one is a file, not code. A file may
 ``extends`` another setup: its own keys replace the ones of the setup it extends, key by key (not merged inside).
 """
@@ -12,16 +12,14 @@ import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
-#: The shipped setups: package data of ``agents`` (pyproject's package-data), found through the package itself so
-#: that a wheel installed anywhere reads the same files as an editable checkout.
-SETUPS = Path(str(resources.files("agents") / "configs" / "bench"))
+#: The setups, beside the benchmark that runs them.
+SETUPS = Path(__file__).resolve().parent / "bench" / "setups"
 
 #: Budgets (a setup may scale them). ``quick`` is sized for about 15 minutes per env (5 estimators x 3 seeds) on a
 #: shared 2-core CPU.
@@ -67,10 +65,9 @@ _FIELD_TYPES: dict[str, tuple[type, ...]] = {
 
 
 def setup_names(folder: Path = SETUPS) -> list[str]:
-    """The setups' names; a missing folder is a ValueError (an install without its package data would otherwise
-    read as a benchmark with no setups)."""
+    """The setups' names; a missing folder is a ValueError (it would otherwise read as a benchmark with no setups)."""
     if not folder.is_dir():
-        raise ValueError(f"no benchmark setups: {folder} is not a folder (is agents/configs/bench installed?)")
+        raise ValueError(f"no benchmark setups: {folder} is not a folder")
     return sorted(path.stem for path in folder.glob("*.yaml"))
 
 

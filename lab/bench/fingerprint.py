@@ -7,7 +7,7 @@ Prints one line per entry, ``name  sha256-hex``, and nothing else on stdout (no 
   seeded random layout of about 400 rows (several groups in shuffled order, episodes of 1-30 steps, repeated
   state keys, int64 and str keys, terminated and truncated episodes), hashed as float64 bytes;
 * ``run_X/...``: three seeded CPU training runs (``learn(450)``, a few iterations each) hashed as every
-  parameter tensor after training (the model and the value head, by sorted name, float32 bytes), every value
+  parameter tensor after training (the model and the value head, by sorted name, float32 bytes), every number
   logged per iteration except ``time/*`` (timings), the step counters and ``evaluate(n_tasks=6, episodes=True)``:
   ``run_a`` Maze, choose mode, GAGPO with KL and entropy terms; ``run_b`` FrozenLake, generate mode, PPO with a
   value head; ``run_c`` Maze, GAGPO with key back-off ``("observation", "group")``.
@@ -21,12 +21,12 @@ The checkout used is named on stderr, with the time of each part. (Check a path 
 Compare two commits like this::
 
     git worktree add /tmp/base <commit>
-    PYTHONPATH=/tmp/base .venv/bin/python scripts/bench/fingerprint.py --out /tmp/fp_base.txt
-    PYTHONPATH=. .venv/bin/python scripts/bench/fingerprint.py --out /tmp/fp_new.txt
+    PYTHONPATH=/tmp/base .venv/bin/python lab/bench/fingerprint.py --out /tmp/fp_base.txt
+    PYTHONPATH=. .venv/bin/python lab/bench/fingerprint.py --out /tmp/fp_new.txt
     diff /tmp/fp_base.txt /tmp/fp_new.txt && echo identical
     git worktree remove --force /tmp/base
 
-    python scripts/bench/fingerprint.py [--only estimators|runs] [--out FILE]
+    python lab/bench/fingerprint.py [--only estimators|runs] [--out FILE]
 
 An entry that an older API cannot compute (a keyword it lacks) prints ``n/a`` instead of a hash, so the diff shows
 it. On one core the whole script takes about 40 s: the runs 10-15 s each, ``--only estimators`` a few seconds
@@ -46,7 +46,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from checkouts import log_to, package_root
+from checkouts import Recorder, log_to, package_root
 
 UNSUPPORTED = "n/a"
 
@@ -261,40 +261,25 @@ RUNS: dict[str, dict[str, Any]] = {
 
 
 def run_entries(name: str, settings: dict[str, Any]) -> list[tuple[str, str]]:
-    from stable_baselines3.common.logger import KVWriter
-
     import gagpo_gym  # noqa: F401  (registers the built-in envs)
     from agents import GAGPOAgent
-
-    class Capture(KVWriter):
-        """Every dump of SB3's logger (the agent dumps once per iteration), timings left out."""
-
-        def __init__(self) -> None:
-            self.dumps: list[dict[str, Any]] = []
-
-        def write(self, key_values: dict[str, Any], key_excluded: dict, step: int = 0) -> None:
-            values = {k: v for k, v in key_values.items() if not k.startswith("time/")}
-            self.dumps.append({"step": step, "values": values})
-
-        def close(self) -> None:
-            pass
 
     settings = dict(settings)
     env = settings.pop("env")
     agent = GAGPOAgent(env, **COMMON, **settings)
-    capture = Capture()
+    capture = Recorder(keep=lambda key: not key.startswith("time/"))  # every dump, timings left out
     log_to(agent, capture)
     agent.learn(TIMESTEPS)
     tensors = {f"model.{k}": v for k, v in agent.policy.model.state_dict().items()}
     value_head = getattr(agent.policy, "value_head", None)
     if value_head is not None:
         tensors |= {f"value_head.{k}": v for k, v in value_head.state_dict().items()}
-    counters = {"num_timesteps": agent.num_timesteps, "iteration": agent.iteration, "dumps": len(capture.dumps)}
+    counters = {"num_timesteps": agent.num_timesteps, "iteration": agent.iteration, "dumps": len(capture.rows)}
     print(f"fingerprint: {name}: {counters}", file=sys.stderr)
     evaluation = agent.evaluate(n_tasks=6, episodes=True)
     return [
         (f"{name}/params", digest_tensors(tensors)),
-        (f"{name}/logs", digest_json(capture.dumps)),
+        (f"{name}/logs", digest_json(capture.rows)),
         (f"{name}/counters", digest_json(counters)),
         (f"{name}/evaluate", digest_json(evaluation)),
     ]

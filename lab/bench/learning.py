@@ -1,8 +1,8 @@
 """Learning-speed benchmark: GAGPO against GiGPO, GRPO, RLOO and PPO on the same tasks, seeds and step budget.
 
-    python scripts/bench/learning.py --quick                       # Maze, all five estimators, 3 seeds
-    python scripts/bench/learning.py --quick --envs minihouse
-    python scripts/bench/learning.py --full --envs maze minihouse --lam-sweep 0 0.5 0.8 0.95 1
+    python -m lab.bench.learning --quick                       # Maze, all five estimators, 3 seeds
+    python -m lab.bench.learning --quick --envs minihouse
+    python -m lab.bench.learning --full --envs maze minihouse --lam-sweep 0 0.5 0.8 0.95 1
 
 Every run trains the tiny model from the same initial weights (per seed) with one estimator, and every
 ``eval_every`` env steps plays a fixed panel of tasks (seeds ``0..eval_tasks-1``, greedy actions). Reported per
@@ -13,7 +13,7 @@ share, gradient norm), averaged over iterations and seeds. Outputs: one folder p
 row per evaluation), ``iterations.csv`` (one row per training iteration, from the agent's logger), ``runs.json``
 (everything) and ``curve.png`` (mean +- std curves).
 
-The named setups are ``agents/configs/bench/<name>.yaml`` (:mod:`agents.benchmark`).
+The named setups are ``lab/bench/setups/<name>.yaml`` (:mod:`lab.benchmark`).
 """
 
 from __future__ import annotations
@@ -32,13 +32,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from stable_baselines3.common.logger import KVWriter, Logger
+from stable_baselines3.common.logger import Logger
 
-from agents.benchmark import PRESETS, EnvSetup, load_setups, rollout_curve, rollout_steps_to_bar, setup_names
 from agents.cli import add_config_arguments, config_overrides, fail, parse_json_kwargs, resolve_env_id, validated_config
 from agents.config import ESTIMATORS
 from agents.prior import HELDOUT_OFFSET
-from agents.reporting import bootstrap_ratio, markdown_table, write_csv
+from agents.reporting import markdown_table, write_csv
+from lab.benchmark import PRESETS, EnvSetup, load_setups, rollout_curve, rollout_steps_to_bar, setup_names
+from lab.recorder import Recorder
+from lab.reporting import bootstrap_ratio
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -83,23 +85,6 @@ RATIO_NOTE = (
 )
 
 
-class _Recorder(KVWriter):
-    """An SB3 logger output that keeps the record of every training iteration in memory."""
-
-    def __init__(self) -> None:
-        self.rows: list[dict[str, float]] = []
-
-    def write(self, key_values: dict[str, Any], key_excluded: dict[str, Any], step: int = 0) -> None:
-        if "time/iterations" not in key_values:  # PanelEvaluation's own records: the run's curve has them
-            return
-        row = {"steps": int(step)}
-        row.update({k: float(v) for k, v in key_values.items() if isinstance(v, (int, float, np.integer, np.floating))})
-        self.rows.append(row)
-
-    def close(self) -> None:
-        pass
-
-
 @dataclass(frozen=True)
 class RunSpec:
     """One training run of the benchmark (picklable: runs may go to worker processes)."""
@@ -134,7 +119,7 @@ def run_one(spec: RunSpec) -> dict[str, Any]:
         seed=spec.seed,
         **spec.config,
     )
-    recorder = _Recorder()
+    recorder = Recorder(step_key="steps")
     agent.set_logger(Logger(folder=None, output_formats=[recorder]))
     build_s = time.perf_counter() - started
     extra = {}
@@ -159,9 +144,14 @@ def run_one(spec: RunSpec) -> dict[str, Any]:
     return {
         "env": spec.env_name, "label": spec.label, "estimator": spec.estimator, "seed": spec.seed,
         "config": agent.config.to_dict(), "model": spec.model, "eval_tasks": spec.eval_tasks,
-        "eval_offset": spec.eval_offset, "curve": curve, "iterations": recorder.rows,
+        "eval_offset": spec.eval_offset, "curve": curve, "iterations": iterations(recorder.rows),
         "wall_s": wall, "build_s": build_s, "eval_s": eval_s, "train_s": wall - build_s - eval_s,
     }  # fmt: skip
+
+
+def iterations(rows: list[dict[str, float]]) -> list[dict[str, float]]:
+    """The training iterations' rows; PanelEvaluation's own dumps (no ``time/iterations``) are in the run's curve."""
+    return [row for row in rows if "time/iterations" in row]
 
 
 def _points_due(history: list[dict[str, Any]], total: int, every: int) -> list[tuple[int, dict[str, Any]]]:
@@ -374,7 +364,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, list[str]]:
         "--paper", action="store_true", help=f"preset {PRESETS['paper']}: from each env's warm-start prior"
     )
     parser.add_argument(
-        "--envs", nargs="+", default=["maze"], help=f"named setups {setup_names()} (agents/configs/bench) or env ids"
+        "--envs", nargs="+", default=["maze"], help=f"named setups {setup_names()} (lab/bench/setups) or env ids"
     )
     parser.add_argument("--env-kwargs", default=None, help="JSON merged into every env's constructor arguments")
     parser.add_argument(
@@ -559,7 +549,7 @@ def _with_prior() -> list[str]:
 
 
 def _named_setups() -> dict[str, EnvSetup]:
-    """agents/configs/bench's setups, or exit with the one line naming the file that does not load."""
+    """The setups (lab/bench/setups), or exit with the one line naming the file that does not load."""
     try:
         return load_setups()
     except ValueError as err:

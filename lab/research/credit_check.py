@@ -1,7 +1,7 @@
 """Where an estimator's credit goes in one rollout of a policy: winning episodes, failing ones, and the failing
 episodes' revisits of a state (their loops).
 
-    python scripts/research/credit_check.py --model results/agents/minihouse-full-search --env-kwargs '{"size": "full"}'
+    python -m lab.research.credit_check --model results/agents/minihouse-full-search --env-kwargs '{"size": "full"}'
 
 It plays one rollout (``--groups`` tasks x ``--group-size`` episodes) of the policy at each seed and key, with no
 update, and computes GAGPO's advantages on it, before normalisation and after, with and without the episode term

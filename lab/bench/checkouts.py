@@ -1,8 +1,9 @@
-"""What the measuring scripts beside it (``fingerprint.py``, ``throughput.py``, ``openenv_roundtrip.py``) share:
-which checkout they imported, and how they read an agent's logs on old and new checkouts alike.
+"""What the measuring scripts beside it (``fingerprint.py``, ``throughput.py``) share: which checkout they imported,
+and how they read an agent's logs on old and new checkouts alike (the lab's one :class:`Recorder`).
 
-Those scripts measure the checkout named by ``PYTHONPATH``, so this module puts nothing on ``sys.path`` and imports
-nothing of the repository: a script finds it in its own folder, which Python puts first on ``sys.path``.
+Those scripts measure the checkout named by ``PYTHONPATH``, so they run by path and this module puts nothing on
+``sys.path`` and imports no package of the repository: a script finds it in its own folder, which Python puts first
+on ``sys.path``, and it loads ``lab/recorder.py`` from its file.
 """
 
 from __future__ import annotations
@@ -15,6 +16,12 @@ from typing import Any
 from stable_baselines3.common.logger import KVWriter, Logger
 
 PACKAGES = ("agents", "wrappers", "gagpo_gym")
+
+# Imported as ``lab.recorder`` it would need the repository on sys.path, ahead of the checkout PYTHONPATH names.
+_SPEC = importlib.util.spec_from_file_location("lab_recorder", Path(__file__).resolve().parents[1] / "recorder.py")
+_RECORDER = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(_RECORDER)
+Recorder = _RECORDER.Recorder
 
 
 def package_root(tool: str) -> Path:

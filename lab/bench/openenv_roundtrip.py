@@ -1,9 +1,9 @@
 """The OpenEnv round trip against in-process: the same env steps and the same GAGPO run, at what cost.
 
-    nice -n 10 python scripts/bench/openenv_roundtrip.py                  # results/openenv/report.md and report.json
-    python scripts/bench/openenv_roundtrip.py --steps 600 --episodes 20 --out /tmp/openenv   # a quick look
+    nice -n 10 python -m lab.bench.openenv_roundtrip                  # results/openenv/report.md and report.json
+    python -m lab.bench.openenv_roundtrip --steps 600 --episodes 20 --out /tmp/openenv   # a quick look
 
-The env is the learning benchmark's ``minihouse`` setup (``agents/configs/bench/minihouse.yaml``: small houses,
+The env is the learning benchmark's ``minihouse`` setup (``lab/bench/setups/minihouse.yaml``: small houses,
 pick-and-place, 20-step limit, a pool of 8 tasks, 4 groups x 8 episodes), served by ``python -m gagpo_gym.serve`` in
 a subprocess on loopback (``LocalServer``) and played back by ``gagpo_gym/OpenEnv-v0`` (OpenEnv's WebSocket
 client), against the same env made in-process.
@@ -38,36 +38,22 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
-from checkouts import log_to
-from stable_baselines3.common.logger import KVWriter
+from stable_baselines3.common.logger import Logger
 
 import gagpo_gym
-from agents.benchmark import load_setup, rollout_curve
 from agents.cli import check_writable, fail
 from agents.gagpo import GAGPOAgent
 from agents.reporting import atomic_write_text, markdown_table
 from gagpo_gym.envs.openenv import make_openenv_env
 from gagpo_gym.serve import LocalServer
+from lab.benchmark import load_setup, rollout_curve
+from lab.recorder import Recorder
 from wrappers import GroupedVectorEnv
 
 ROOT = Path(__file__).resolve().parents[2]
 
 SETUP = load_setup("minihouse")
 TIMEOUT = 60.0  # seconds per call to the server: generous on a loaded machine, a dead server still fails at once
-
-
-class Iterations(KVWriter):
-    """Every iteration's logged values (the agent dumps once per iteration)."""
-
-    def __init__(self) -> None:
-        self.rows: list[dict[str, float]] = []
-
-    def write(self, key_values: dict[str, Any], key_excluded: dict[str, Any], step: int = 0) -> None:
-        numbers = {k: float(v) for k, v in key_values.items() if isinstance(v, (int, float, np.integer, np.floating))}
-        self.rows.append({"steps": int(step), **numbers})
-
-    def close(self) -> None:
-        pass
 
 
 # ----- 1. env stepping ---------------------------------------------------------------------------------------
@@ -129,8 +115,8 @@ def learn(env_id: str, env_kwargs: dict[str, Any], vec_mode: str, steps: int, se
         **SETUP.config,
     )  # fmt: skip
     build_s = time.perf_counter() - started
-    record = Iterations()
-    log_to(agent, record)
+    record = Recorder(step_key="steps")
+    agent.set_logger(Logger(folder=None, output_formats=[record]))
     started = time.perf_counter()
     agent.learn(steps, log_interval=1)
     learn_s = time.perf_counter() - started
@@ -181,7 +167,7 @@ def report(result: dict[str, Any]) -> str:
     ]
     verdict = "exact" if result["exact"] else "NOT exact"
     return (
-        "# OpenEnv round trip against in-process (`scripts/bench/openenv_roundtrip.py`)\n\n"
+        "# OpenEnv round trip against in-process (`lab/bench/openenv_roundtrip.py`)\n\n"
         f"- Env: `{SETUP.env_id}` `{json.dumps(SETUP.env_kwargs)}` ({SETUP.note}), served by `python -m "
         f"gagpo_gym.serve` on loopback, played by `gagpo_gym/OpenEnv-v0` (openenv {result['openenv']}).\n"
         f"- Machine: {result['machine']}; load average {result['load_before']} before, {result['load_after']} "
@@ -265,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
         "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} logical CPUs, Python "
         f"{platform.python_version()}",
         "load_before": load_before, "load_after": " ".join(f"{x:.1f}" for x in os.getloadavg()),
-        "command": " ".join(["python scripts/bench/openenv_roundtrip.py", *(sys.argv[1:] if argv is None else argv)]),
+        "command": " ".join(["python -m lab.bench.openenv_roundtrip", *(sys.argv[1:] if argv is None else argv)]),
         "date": datetime.date.today().isoformat(), "wall_s": time.perf_counter() - started,
     }  # fmt: skip
     text = report(result)

@@ -1,9 +1,9 @@
 """Training throughput of ``learn()``: env steps/s, where the time goes, and the update's FLOP/s against this CPU.
 
-    python scripts/bench/throughput.py                                   # every setting, results/throughput/report.md
-    python scripts/bench/throughput.py --settings maze minihouse-small --steps 600
+    python lab/bench/throughput.py                                   # every setting, results/throughput/report.md
+    python lab/bench/throughput.py --settings maze minihouse-small --steps 600
     git worktree add /tmp/base <commit>
-    python scripts/bench/throughput.py --checkout /tmp/base --checkout .  # before / after, in one run
+    python lab/bench/throughput.py --checkout /tmp/base --checkout .  # before / after, in one run
 
 Each setting trains a fresh agent (seed 0, one torch thread, verbose 0, the config defaults unless the setting
 says otherwise) with ``learn(--steps)``, in a subprocess of its own whose ``PYTHONPATH`` is the checkout measured
@@ -11,7 +11,7 @@ says otherwise) with ``learn(--steps)``, in a subprocess of its own whose ``PYTH
 (setting 1 on every checkout, then setting 2...), so that a drift in the machine's load hits all of them, and a
 before/after table gives each checkout's speedup over the first. ``agents``, ``wrappers`` and ``gagpo_gym`` must
 all come from the checkout given: the child process checks where they were imported from and refuses otherwise
-(this file's own folder, ``scripts/bench/``, is first on ``sys.path``; it holds none of them).
+(this file's own folder, ``lab/bench/``, is first on ``sys.path``; it holds none of them).
 
 Columns (times are sums over the run's iterations, in seconds per 1,000 env steps):
 
@@ -83,7 +83,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from checkouts import log_to, package_root
+from checkouts import Recorder, log_to, package_root
 
 ROOT = Path(__file__).resolve().parents[2]
 SMOLLM2 = ROOT / ".cache" / "smollm2-135m-instruct"
@@ -222,25 +222,11 @@ def locate_checkout(expected: Path | None) -> Path:
 def run_child(name: str, steps: int, config: dict[str, Any], env_kwargs: dict[str, Any], model: str) -> dict:
     """Train one setting in this process (its checkout on PYTHONPATH) and return what was measured."""
     from stable_baselines3.common.callbacks import BaseCallback
-    from stable_baselines3.common.logger import KVWriter
 
     import gagpo_gym  # noqa: F401  (registers the built-in envs)
     from agents import GAGPOAgent
 
     setting = SETTINGS[name]
-
-    class Times(KVWriter):
-        """Each iteration's ``time/*`` values (the agent dumps once per iteration)."""
-
-        def __init__(self) -> None:
-            self.dumps: list[dict[str, float]] = []
-
-        def write(self, key_values: dict[str, Any], key_excluded: dict, step: int = 0) -> None:
-            keep = {k: float(v) for k, v in key_values.items() if k.startswith(("time/", "rollout/prompt"))}
-            self.dumps.append({"step": int(step), **keep})
-
-        def close(self) -> None:
-            pass
 
     class Shapes(BaseCallback):
         """Every rollout's row shapes, read when the rollout is complete (the next one resets the buffer)."""
@@ -262,7 +248,7 @@ def run_child(name: str, steps: int, config: dict[str, Any], env_kwargs: dict[st
     t0 = time.perf_counter()
     agent = GAGPOAgent(setting.env, model, env_kwargs=env_kwargs, verbose=0, **{**COMMON, **config})
     build_s = time.perf_counter() - t0
-    times = Times()
+    times = Recorder(keep=lambda key: key.startswith(("time/", "rollout/prompt")))  # each iteration's timings
     log_to(agent, times)
     shapes = Shapes(agent)
     t0, cpu0 = time.perf_counter(), time.process_time()
@@ -279,7 +265,7 @@ def run_child(name: str, steps: int, config: dict[str, Any], env_kwargs: dict[st
     recompute_passes = 2 if c.kl_coef > 0 else 1
     sums = {}
     for key in TIMES:
-        values = [d[f"time/{key}"] for d in times.dumps if f"time/{key}" in d]
+        values = [d[f"time/{key}"] for d in times.rows if f"time/{key}" in d]
         sums[key] = sum(values) if values else None
     n_rows = len(shapes.rows)
     prompts, actions, widths, cands = (list(x) for x in zip(*shapes.rows)) if n_rows else ([0], [0], [0], [0])
@@ -300,7 +286,7 @@ def run_child(name: str, steps: int, config: dict[str, Any], env_kwargs: dict[st
         "learn_cpu_s": learn_cpu_s,
         "steps_per_s": agent.num_timesteps / learn_s,
         "times": sums,
-        "per_iteration": times.dumps,
+        "per_iteration": times.rows,
         "prompt_mean": sum(prompts) / max(n_rows, 1),
         "prompt_max": max(prompts),
         "action_mean": sum(actions) / max(n_rows, 1),
@@ -308,7 +294,7 @@ def run_child(name: str, steps: int, config: dict[str, Any], env_kwargs: dict[st
         "width_mean": sum(widths) / max(n_rows, 1),
         "width_max": max(widths),
         "distinct": shapes.distinct / max(n_rows, 1),
-        "prompt_truncations": times.dumps[-1].get("rollout/prompt_truncations") if times.dumps else None,
+        "prompt_truncations": times.rows[-1].get("rollout/prompt_truncations") if times.rows else None,
         "flops": {
             "forward": fwd,
             "update": c.n_epochs * 3 * fwd["total"],
@@ -467,9 +453,9 @@ def report(
     import torch
 
     rates = ", ".join(f"{n}: {r:.1f}" for n, r in peak["gflops"].items())
-    command = "python scripts/bench/throughput.py" + "".join(" " + shlex.quote(a) for a in argv)
+    command = "python lab/bench/throughput.py" + "".join(" " + shlex.quote(a) for a in argv)
     parts = [
-        "# Training throughput (`scripts/bench/throughput.py`)",
+        "# Training throughput (`lab/bench/throughput.py`)",
         "",
         f"- Machine: {cpu_model()}, {os.cpu_count()} logical CPUs; torch {torch.__version__}; one torch thread "
         f"(`torch_threads=1`, `OMP_NUM_THREADS=1`); {datetime.date.today().isoformat()}.",
@@ -505,7 +491,7 @@ def readme_block(entries: list[dict], labels: list[str], peak: dict, argv: list[
     """The docs' few lines (docs/benchmarks.md): the machine, the table(s), and where the full report is."""
     import torch
 
-    command = "python scripts/bench/throughput.py" + "".join(" " + shlex.quote(a) for a in argv)
+    command = "python lab/bench/throughput.py" + "".join(" " + shlex.quote(a) for a in argv)
     parts = [
         f"Measured on {cpu_model()}, torch {torch.__version__}, one thread; matmul roofline "
         f"{peak['peak_gflops']:.1f} GFLOP/s; `{command}` (columns and settings: `results/throughput/report.md`).",

@@ -1,12 +1,12 @@
 """GAGPO against its rivals on the real ALFWorld games: train on the 3,553 train games, judge the final checkpoints.
 
-    python scripts/alfworld_compare.py status                          # the settings and what is done
-    python scripts/alfworld_compare.py train --arm gagpo --seed 0      # one run; resumes from its last iteration
-    python scripts/alfworld_compare.py evaluate --arm gagpo --seed 0   # its final agent on both splits
-    python scripts/alfworld_compare.py all --jobs 2                    # every pending run and evaluation, in order
-    python scripts/alfworld_compare.py report                          # results/alfworld/report.md
+    python -m lab.studies.alfworld_compare status                          # the settings and what is done
+    python -m lab.studies.alfworld_compare train --arm gagpo --seed 0      # one run; resumes from its last iteration
+    python -m lab.studies.alfworld_compare evaluate --arm gagpo --seed 0   # its final agent on both splits
+    python -m lab.studies.alfworld_compare all --jobs 2                    # every pending run and evaluation, in order
+    python -m lab.studies.alfworld_compare report                          # results/alfworld/report.md
 
-The settings are ``configs/studies/alfworld-compare.yaml``, pre-registered in ``results/alfworld/preregistration.md``
+The settings are ``lab/studies/alfworld-compare.yaml``, pre-registered in ``results/alfworld/preregistration.md``
 before the first run: every command refuses a settings file whose sha256 is not the one recorded there.
 
 Every run starts from the same MiniHouse prior and trains on train-split games only (``make alfworld-train`` unpacks
@@ -25,8 +25,6 @@ iteration), ``eval.json`` (every episode of every split and protocol) and ``run.
 
 from __future__ import annotations
 
-import argparse
-import hashlib
 import json
 import subprocess
 import sys
@@ -36,16 +34,19 @@ from statistics import NormalDist
 from typing import Any
 
 import numpy as np
-import yaml
-from stable_baselines3.common.logger import KVWriter, Logger
+from stable_baselines3.common.logger import Logger
 
-from agents.benchmark import rollout_steps_to_bar
+from agents.checkpoint import drop_optimizer_state
 from agents.cli import fail
 from agents.evaluation import wilson_interval
-from agents.reporting import ALFWORLD_ORDER, atomic_write_text, bootstrap_difference, bootstrap_ratio, markdown_table
+from agents.reporting import ALFWORLD_ORDER, atomic_write_text, markdown_table
+from lab.benchmark import rollout_steps_to_bar
+from lab.recorder import Recorder
+from lab.reporting import bootstrap_difference, bootstrap_ratio
+from lab.study import ROOT, read_curve, read_json, study_parser, write_record
+from lab.study import load_settings as load_study_settings
 
-ROOT = Path(__file__).resolve().parents[1]
-SETTINGS = ROOT / "configs" / "studies" / "alfworld-compare.yaml"
+SETTINGS = Path(__file__).resolve().parent / "alfworld-compare.yaml"
 OUT = ROOT / "results" / "alfworld"
 PREREGISTRATION = OUT / "preregistration.md"
 WORK = ROOT / "runs" / "alfworld"
@@ -54,16 +55,7 @@ PRIOR_ARM = "prior"
 
 def load_settings(check: bool = True) -> dict[str, Any]:
     """The study's settings, refused when they are not the pre-registered ones (their sha256 in the record)."""
-    text = SETTINGS.read_bytes()
-    digest = hashlib.sha256(text).hexdigest()
-    if check:
-        record = PREREGISTRATION.read_text(encoding="utf-8") if PREREGISTRATION.is_file() else ""
-        if f"sha256 `{digest}`" not in record:
-            fail(f"{SETTINGS.relative_to(ROOT)} (sha256 {digest}) is not the pre-registered settings file: "
-                 f"{PREREGISTRATION.relative_to(ROOT)} records another (or none)")  # fmt: skip
-    settings = yaml.safe_load(text)
-    settings["sha256"] = digest
-    return settings
+    return load_study_settings(SETTINGS, PREREGISTRATION if check else None)
 
 
 def run_name(arm: str, seed: int) -> str:
@@ -93,31 +85,6 @@ def final_agent(name: str) -> Path:
     return ROOT / "results" / "agents" / f"alfworld-{name}"
 
 
-class CurveWriter(KVWriter):
-    """SB3 logger output that appends each iteration's values to a JSON-lines file (kept across resumes)."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def write(self, key_values: dict[str, Any], key_excluded: dict[str, Any], step: int = 0) -> None:
-        values = {k: float(v) for k, v in key_values.items() if isinstance(v, (int, float))}
-        with open(self.path, "a", encoding="utf-8") as f:
-            f.write(json.dumps({"step": int(step), **values}, sort_keys=True) + "\n")
-
-    def close(self) -> None:
-        pass
-
-
-def read_json(path: Path, default: Any) -> Any:
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else default
-
-
-def read_curve(path: Path) -> list[dict[str, float]]:
-    if not path.is_file():
-        return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-
-
 def train(settings: dict[str, Any], arm: str, seed: int) -> Path:
     """Train one run to its budget, one iteration per ``learn`` call with a checkpoint after each (resumable);
     returns the final agent's folder."""
@@ -143,7 +110,7 @@ def train(settings: dict[str, Any], arm: str, seed: int) -> Path:
             estimator=spec["estimator"], seed=seed, verbose=0, **spec["agent"],
         )  # fmt: skip
         curve.unlink(missing_ok=True)
-    agent.set_logger(Logger(folder=None, output_formats=[CurveWriter(curve)]))
+    agent.set_logger(Logger(folder=None, output_formats=[Recorder(curve)]))  # the curve survives a stop
     budget = int(settings["total_timesteps"])
     while agent.num_timesteps < budget:
         t0 = time.perf_counter()
@@ -153,9 +120,9 @@ def train(settings: dict[str, Any], arm: str, seed: int) -> Path:
         print(f"{name}: {agent.num_timesteps} steps, train success {last.get('rollout/success_rate', 0):.3f}, "
               f"{time.perf_counter() - t0:.0f} s", flush=True)  # fmt: skip
     agent.save(final)
-    record = {"arm": arm, "seed": seed, "num_timesteps": agent.num_timesteps, "iterations": agent.iteration,
-              "settings_sha256": settings["sha256"], "train_s_this_process": time.perf_counter() - started}  # fmt: skip
-    atomic_write_text(out / "run.json", json.dumps(record, indent=2) + "\n")
+    drop_optimizer_state(final)  # results/ keeps agents for playing (results/README.md); the checkpoint resumes
+    write_record(out / "run.json", settings, arm=arm, seed=seed, num_timesteps=agent.num_timesteps,
+                 iterations=agent.iteration, train_s_this_process=time.perf_counter() - started)  # fmt: skip
     return final
 
 
@@ -242,8 +209,8 @@ def run_all(settings: dict[str, Any], jobs: int, include_extra: bool) -> None:
             if (arm, seed) in busy or (what == "evaluate" and ("train", arm, seed) in todo):
                 continue
             todo.remove(step)
-            cmd = [sys.executable, __file__, what, "--arm", arm, "--seed", str(seed)]
-            running[(arm, seed)] = subprocess.Popen(cmd)
+            cmd = [sys.executable, "-m", __spec__.name, what, "--arm", arm, "--seed", str(seed)]
+            running[(arm, seed)] = subprocess.Popen(cmd, cwd=ROOT)
             busy.add((arm, seed))
         time.sleep(5)
 
@@ -447,9 +414,9 @@ def write_report(settings: dict[str, Any]) -> Path:
     lines = [
         "# GAGPO against its rivals on real ALFWorld (issue 49)",
         "",
-        f"Settings: `configs/studies/alfworld-compare.yaml` (sha256 `{settings['sha256'][:12]}`), pre-registered in "
+        f"Settings: `lab/studies/alfworld-compare.yaml` (sha256 `{settings['sha256'][:12]}`), pre-registered in "
         "[preregistration.md](preregistration.md). Each run's result is its final checkpoint; every valid_seen and "
-        "valid_unseen game played once. Regenerate with `python scripts/alfworld_compare.py report`.",
+        "valid_unseen game played once. Regenerate with `python -m lab.studies.alfworld_compare report`.",
         "",
         f"Finished runs: {len(primary)} of {len(settings['arms']) * len(settings['seeds'])} primary "
         f"({run_names(primary)}); variant arms: {run_names(variants)}; extra arms: {len(extra)} of "
@@ -486,7 +453,7 @@ def write_report(settings: dict[str, Any]) -> Path:
     if plot_curves(settings, data, OUT / "curves.png"):
         lines += ["", "![training curves](curves.png)"]
     analyses = sorted((OUT / "analysis").glob("*.md"))
-    if analyses:  # scripts/research/credit_check.py and greedy_cycles.py runs on this study's policies
+    if analyses:  # lab/research/credit_check.py and greedy_cycles.py runs on this study's policies
         lines += ["", "## Analyses", "", *(f"- [{p.stem}](analysis/{p.name})" for p in analyses)]
     path = OUT / "report.md"
     atomic_write_text(path, "\n".join(lines) + "\n")
@@ -495,11 +462,13 @@ def write_report(settings: dict[str, Any]) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("status", help="the settings and what is done")
+    parser, commands = study_parser(
+        __doc__.split("\n")[0],
+        {"train": "one run; resumes from its last iteration", "evaluate": "a final agent on both splits",
+         "all": "every pending run and evaluation", "report": "write results/alfworld/report.md from the runs"},
+    )  # fmt: skip
     for command in ("train", "evaluate"):
-        p = sub.add_parser(command)
+        p = commands[command]
         p.add_argument(
             "--arm",
             required=True,
@@ -508,10 +477,9 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--seed", type=int, default=0)
         if command == "evaluate":
             p.add_argument("--workers", type=int, default=0, help="env worker processes (the same results)")
-    p = sub.add_parser("all", help="every pending run and evaluation")
+    p = commands["all"]
     p.add_argument("--jobs", type=int, default=2, help="processes at a time")
     p.add_argument("--extra", action="store_true", help="also the extra arms (after the primary and variant ones)")
-    sub.add_parser("report", help="write results/alfworld/report.md from the runs")
     args = parser.parse_args(argv)
     settings = load_settings()
     if args.command in ("train", "evaluate"):

@@ -1,6 +1,6 @@
 """How far a real model's length-normalised action ratio moves in an update, and so which clip range binds.
 
-    python scripts/bench/clip.py --model .cache/smollm2-135m-instruct --iterations 2
+    python -m lab.bench.clip --model .cache/smollm2-135m-instruct --iterations 2
 
 Fine-tunes a pretrained chat model in generate mode and records |rho - 1| of every action in every minibatch
 after the first optimiser step of an iteration (the first minibatch is on-policy: rho = 1). Prints quantiles

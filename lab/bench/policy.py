@@ -8,7 +8,7 @@ prompts: generated tokens/s at each ``--concurrency``, the weight-sync time, the
 sampled-token log-probs and the trainer's, and choose-mode scoring through vLLM's ``prompt_logprobs`` against the
 packed forward. ``--model`` takes a checkpoint folder (default: the tiny model with 2 heads, vLLM's CPU minimum).
 
-    python scripts/bench/policy.py --backend vllm --model .cache/smollm2-135m-instruct --concurrency 8 32 128
+    python -m lab.bench.policy --backend vllm --model .cache/smollm2-135m-instruct --concurrency 8 32 128
 """
 
 from __future__ import annotations

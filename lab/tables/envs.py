@@ -2,8 +2,8 @@
 
 Works for any registered ``gagpo_gym`` env whose unwrapped instance has ``expert_action()``:
 
-    python scripts/tables/envs.py                       # the seven small built-in envs, 200 seeded tasks each
-    python scripts/tables/envs.py --envs MiniHouse-v0 --seeds 50
+    python -m lab.tables.envs                       # the seven small built-in envs, 200 seeded tasks each
+    python -m lab.tables.envs --envs MiniHouse-v0 --seeds 50
 
 Each seed is one task (``reset(seed=s)``), played once by the expert and once by a policy uniform over the
 admissible actions, under the env's registered time limit. Success is ``info["won"]`` at the end of the episode.
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 import gagpo_gym
-from agents.benchmark import run_episode, uniform_policy
+from lab.benchmark import run_episode, uniform_policy
 
 DEFAULT_ENVS = (
     "Maze-v0",

@@ -6,7 +6,7 @@ drawn from a per-group pool so that most rows share their (group, state) set wit
 times str keys (about 56 characters, like a canonical state string) at 1e5 and 1e6 rows and the slow
 reference of ``tests/reference_advantages.py`` at 1e4 rows.
 
-    python scripts/bench/advantages.py [--sizes 10000 100000 1000000] [--str-sizes 100000 1000000] [--repeats 5]
+    python -m lab.bench.advantages [--sizes 10000 100000 1000000] [--str-sizes 100000 1000000] [--repeats 5]
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Real-engine rollouts: env steps/s of GAGPO's rollouts on ALFWorld's train games, with the engine stepped in this
 process (``vec_mode="sync"``) or in worker processes (``"async"``) while the policy batches across them.
 
-    python scripts/bench/alfworld_rollouts.py                        # results/throughput/alfworld-rollouts.md
-    python scripts/bench/alfworld_rollouts.py --iterations 1 --out /tmp/rollouts.md
+    python -m lab.bench.alfworld_rollouts                        # results/throughput/alfworld-rollouts.md
+    python -m lab.bench.alfworld_rollouts --iterations 1 --out /tmp/rollouts.md
 
 Each mode trains a fresh agent from the same prior and seed for ``--iterations`` iterations (4 groups x 8 episodes,
 the comparison's settings) in a subprocess of its own, one torch thread each. The table gives each mode's rollout
@@ -24,6 +24,7 @@ from pathlib import Path
 
 from agents.cli import fail
 from agents.reporting import atomic_write_text, markdown_table
+from lab.recorder import Recorder
 
 ROOT = Path(__file__).resolve().parents[2]
 PRIOR = ROOT / "results" / "agents" / "minihouse-full-search"
@@ -32,22 +33,17 @@ PRIOR = ROOT / "results" / "agents" / "minihouse-full-search"
 def measure(mode: str, iterations: int, seed: int) -> dict[str, float | str]:
     """Train ``iterations`` iterations with the engine stepped ``mode``-wise; times and the episodes' fingerprint."""
     import torch
-    from stable_baselines3.common.logger import KVWriter, Logger
+    from stable_baselines3.common.logger import Logger
 
     from agents import GAGPOAgent
 
     torch.set_num_threads(1)
-    logged: list[dict] = []
-
-    class Keep(KVWriter):
-        def write(self, key_values: dict, key_excluded: dict, step: int = 0) -> None:
-            logged.append(dict(key_values))
-
+    recorder = Recorder()
     agent = GAGPOAgent(
         "gagpo_gym/ALFWorld-v0", model=str(PRIOR), env_kwargs={"split": "train"}, estimator="gagpo", num_groups=4,
         group_size=8, vec_mode=mode, seed=seed, torch_threads=1, verbose=0,
     )  # fmt: skip
-    agent.set_logger(Logger(folder=None, output_formats=[Keep()]))
+    agent.set_logger(Logger(folder=None, output_formats=[recorder]))
     digest = hashlib.sha256()
     started = time.perf_counter()
     for _ in range(iterations):
@@ -56,12 +52,12 @@ def measure(mode: str, iterations: int, seed: int) -> dict[str, float | str]:
         digest.update(repr(rows).encode())
     total = time.perf_counter() - started
     agent.get_env().close()
-    rollout = sum(x["time/rollout_s"] for x in logged)
+    rollout = sum(x["time/rollout_s"] for x in recorder.rows)
     return {
         "mode": mode, "iterations": iterations, "env steps": agent.num_timesteps,
         "rollout s": round(rollout, 1), "rollout steps/s": round(agent.num_timesteps / rollout, 2),
-        "env s": round(sum(x["time/env_s"] for x in logged), 1),
-        "acting s": round(sum(x["time/generate_s"] for x in logged), 1),
+        "env s": round(sum(x["time/env_s"] for x in recorder.rows), 1),
+        "acting s": round(sum(x["time/generate_s"] for x in recorder.rows), 1),
         "learn steps/s": round(agent.num_timesteps / total, 2), "episodes": digest.hexdigest()[:16],
     }  # fmt: skip
 
@@ -80,9 +76,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     rows = []
     for mode in ("sync", "async"):
-        child = [sys.executable, __file__, "--mode", mode, "--iterations", str(args.iterations)]
+        child = [sys.executable, "-m", __spec__.name, "--mode", mode, "--iterations", str(args.iterations)]
         child += ["--seed", str(args.seed)]
-        done = subprocess.run(child, capture_output=True, text=True, check=False)
+        done = subprocess.run(child, capture_output=True, text=True, check=False, cwd=ROOT)
         if done.returncode:
             fail(f"the {mode} measurement failed:\n{done.stderr[-2000:]}")
         rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
@@ -91,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     speedup = rows[1]["rollout steps/s"] / rows[0]["rollout steps/s"]
     text = (
         "# Real-engine rollouts: the engine in worker processes against the serial loop\n\n"
-        f"`python scripts/bench/alfworld_rollouts.py --iterations {args.iterations}`: GAGPO from "
+        f"`python -m lab.bench.alfworld_rollouts --iterations {args.iterations}`: GAGPO from "
         "`results/agents/minihouse-full-search` on ALFWorld's train games, 4 groups x 8 episodes, seed "
         f"{args.seed}, one torch thread.\n\n{markdown_table(rows)}\n\n"
         f"Same episodes: {'yes' if same else 'NO'}. Rollout env steps/s, async over sync: {speedup:.2f}x.\n"
