@@ -20,7 +20,7 @@ LR_SCHEDULES = ("constant", "linear", "cosine")
 EXPERT_NEEDS_CHOOSE = f"expert_members needs action_mode={CHOOSE!r} (an expert member plays an admissible choice)"
 # Clip ranges of the length-normalised action ratio. A choice among a few candidates moves its probability a lot
 # per update, so PPO's 0.2 binds there. A generated action's ratio is a geometric mean over its tokens and barely
-# moves: on SmolLM2-135M in generate mode (scripts/bench/clip.py, results/clip/clip-range.json) 0.2 clipped 0% of the
+# moves: on SmolLM2-135M in generate mode (lab/bench/clip.py, results/clip/clip-range.json) 0.2 clipped 0% of the
 # actions and GSPO's 3e-4/4e-4 68-89%; 0.03 clipped 14% at the pretrained default (full fine-tuning, lr 1e-6),
 # about the share GSPO reports, and 0% with LoRA at lr 1e-5 (0.01: 36% and 5%).
 CLIP_CHOOSE = (0.2, 0.2)
