@@ -1,12 +1,16 @@
-"""Intervals over seeds for the studies' comparisons: a percentile bootstrap that resamples each side's seeds,
-Student t intervals over seeds (Welch or pooled), and success intervals that count a game played by several
-seeds once."""
+"""What a study's report draws on: Student t intervals over seeds (Welch or pooled) and an exact permutation test
+over seeds, success intervals that count a game played by several seeds once, training curves as each arm's mean
+with a band over its seeds; and the percentile bootstrap the first ALFWorld study registered (too narrow over three
+seeds: results/alfworld/corrections.md)."""
 
 from __future__ import annotations
 
+import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 from statistics import NormalDist
+from typing import Any
 
 import numpy as np
 
@@ -116,3 +120,118 @@ def game_success_interval(outcomes: Sequence[Sequence[float]], *, level: float =
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
     return p, max(0.0, centre - half), min(1.0, centre + half)
+
+
+def permutation_test(a: Sequence[float], b: Sequence[float]) -> tuple[float, float]:
+    """Difference of means ``mean(a) - mean(b)`` and its exact two-sided permutation p-value over seeds: the share
+    of all ways to split the pooled values into groups of ``len(a)`` and ``len(b)`` whose difference is at least as
+    far from 0. Exact, with no assumption on the spread; with 3 seeds a side there are 20 splits, so p is at least
+    0.1 (2 of 20): three seeds cannot show a difference at 0.05 this way."""
+    xa, xb = [float(x) for x in a], [float(x) for x in b]
+    if not xa or not xb:
+        raise ValueError("both sides need at least one value")
+    pooled, na = xa + xb, len(xa)
+    total = sum(pooled)
+    observed = sum(xa) / na - sum(xb) / len(xb)
+    extreme = splits = 0
+    for chosen in itertools.combinations(range(len(pooled)), na):
+        side = sum(pooled[i] for i in chosen)
+        difference = side / na - (total - side) / len(xb)
+        extreme += abs(difference) >= abs(observed) - 1e-12
+        splits += 1
+    return observed, extreme / splits
+
+
+def seed_comparison(a: Sequence[float], b: Sequence[float], *, level: float = 0.9) -> dict[str, float]:
+    """``mean(a) - mean(b)`` over seeds with Welch's t interval at ``level`` (its degrees of freedom) and the exact
+    permutation p: what a registered study's report says of a comparison."""
+    diff, low, high, df = t_interval_difference(a, b, level=level)
+    _, p = permutation_test(a, b)
+    return {"difference": diff, "low": low, "high": high, "df": df, "p": p}
+
+
+def type_intervals(
+    runs: Sequence[Sequence[Mapping[str, Any]]], types: Sequence[str], *, level: float = 0.95
+) -> dict[str, tuple[float, float, float, int]]:
+    """Success per task type over games, each game one unit (:func:`game_success_interval`): ``runs`` holds each
+    seed's episodes (``task_id``, ``task_type``, ``won``). Returns ``{type: (rate, low, high, games)}`` for every
+    name of ``types`` with a game (``"All"``: every game), matched to ``task_type`` case-insensitively."""
+    games: dict[str, dict[str, Any]] = {}
+    for episodes in runs:
+        for episode in episodes:
+            game = games.setdefault(episode["task_id"], {"type": str(episode["task_type"]).lower(), "won": []})
+            game["won"].append(float(episode["won"]))
+    out = {}
+    for name in types:
+        won = [g["won"] for g in games.values() if name == "All" or g["type"] == name.lower()]
+        if won:
+            out[name] = (*game_success_interval(won, level=level), len(won))
+    return out
+
+
+# ----- curves: each arm's mean and its seeds' band -------------------------------------------------------------
+def curve_band(
+    curves: Sequence[Sequence[Mapping[str, Any]]], window: int = 3, key: str = "rollout/success_rate"
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """One logged value (``key``) of several seeds on one grid of env steps: each seed's moving mean over ``window``
+    iterations, interpolated between iterations; returns (steps, mean, min, max) over the seeds."""
+    series = []
+    for curve in curves:
+        steps = np.array([c["step"] for c in curve], dtype=float)
+        values = np.array([c[key] for c in curve], dtype=float)
+        smooth = np.array([values[max(0, k - window + 1) : k + 1].mean() for k in range(len(values))])
+        series.append((steps, smooth))
+    grid = np.linspace(max(s[0] for s, _ in series), min(s[-1] for s, _ in series), 200)
+    values = np.array([np.interp(grid, s, v) for s, v in series])
+    return grid, values.mean(0), values.min(0), values.max(0)
+
+
+def plot_seed_bands(
+    arms: Mapping[str, Sequence[Sequence[Mapping[str, Any]]]],
+    path: Path,
+    *,
+    reference: str | None = None,
+    reference_label: str | None = None,
+    bar: float | None = None,
+    title: str = "",
+    ylabel: str = "train success, 3-iter. mean",
+    columns: int = 3,
+    dpi: int = 90,
+) -> None:
+    """One panel per arm (``arms``: its seeds' curves): the mean of its seeds with their range as a band, the
+    ``reference`` arm's mean dashed in every other panel (``reference_label`` in the legend), the ``bar`` dotted;
+    the legend below the panels. Single seeds' lines invite reading a lucky seed as the arm; the band shows how far
+    the seeds agree."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = -(-len(arms) // columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(3 * columns, 2.4 * rows), sharex=True, sharey=True,
+                             squeeze=False)  # fmt: skip
+    ref = curve_band(arms[reference]) if reference is not None else None
+    for ax, (arm, curves) in zip(axes.flat, arms.items()):
+        steps, mean, low, high = curve_band(curves)
+        if ref is not None and arm != reference:
+            label = reference_label or f"{reference}, mean of {len(arms[reference])} seeds"
+            ax.plot(ref[0], ref[1], color="grey", lw=1, ls="--", label=label)
+        ax.fill_between(steps, low, high, color="C0", alpha=0.25, lw=0, label="range of the seeds")
+        ax.plot(steps, mean, color="C0", lw=1.6, label="mean of the seeds")
+        if bar is not None:
+            ax.axhline(bar, color="black", lw=0.6, ls=":", label=f"the bar ({bar})")
+        ax.set_title(f"{arm} ({len(curves)} seed{'s' if len(curves) > 1 else ''})", fontsize=9)
+        ax.set_ylim(0, 1)
+        ax.tick_params(labelsize=8)
+    for ax in axes.flat[len(arms) :]:
+        ax.set_visible(False)
+    for ax in axes[-1]:
+        ax.set_xlabel("env steps", fontsize=8)
+    for ax in axes[:, 0]:
+        ax.set_ylabel(ylabel, fontsize=8)
+    handles, labels = axes.flat[1 if len(arms) > 1 else 0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=8, frameon=False)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout(rect=(0, 0.05, 1, 0.97))
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)

@@ -3,6 +3,7 @@ finished and marks every arm short of its pre-registered seeds as interim, the e
 
 from __future__ import annotations
 
+import builtins
 import shutil
 from pathlib import Path
 
@@ -36,3 +37,20 @@ def test_the_report_marks_arms_short_of_their_seeds_as_interim(tmp_path: Path, m
 
     short = report_from([n for n in PRIMARY if n != "gigpo-seed2"], tmp_path / "short", monkeypatch)
     assert "Finished runs: 8 of 9 primary" in short and "**Interim** (gigpo):" in short
+
+
+def test_the_committed_study_reports_through_the_legacy_check_and_starts_no_run(tmp_path: Path, monkeypatch, capsys):
+    """Its pre-registration predates lab/study.py's protocol: ``report`` still reads the committed runs (the legacy
+    check: the settings' sha256 is listed there), while ``train`` and ``evaluate`` refuse to start a run, since that
+    record names no current digest as ``settings sha256: <digest>``."""
+    compare = script("lab.studies.alfworld_compare")
+    shown = builtins.print
+    report_from(PRIMARY, tmp_path / "legacy", monkeypatch)  # copies the runs and points OUT there
+    monkeypatch.setattr("builtins.print", shown)
+    assert compare.main(["report"]) == 0 and (tmp_path / "legacy" / "report.md").is_file()
+    assert "Registration and train games" not in (tmp_path / "legacy" / "report.md").read_text()  # none started so
+    for command in (["train", "--arm", "gagpo"], ["evaluate", "--arm", "prior", "--allow-dirty"]):
+        with pytest.raises(SystemExit) as ended:
+            compare.main(command)
+        assert ended.value.code == 2
+        assert "must name exactly one current settings digest" in capsys.readouterr().err

@@ -6,8 +6,11 @@
     python -m lab.studies.alfworld_compare all --jobs 2                    # every pending run and evaluation, in order
     python -m lab.studies.alfworld_compare report                          # results/alfworld/report.md
 
-The settings are ``lab/studies/alfworld-compare.yaml``, pre-registered in ``results/alfworld/preregistration.md``
-before the first run: every command refuses a settings file whose sha256 is not the one recorded there.
+The settings are ``lab/studies/alfworld-compare.yaml``, registered in ``results/alfworld/preregistration.md``.
+That record predates the protocol of ``lab/study.py`` (its digests are written ``sha256 `<digest>```, with no
+``settings sha256:`` line): ``status`` and ``report`` read the committed runs through the legacy check
+(:func:`lab.study.load_legacy_settings`), while ``train``, ``evaluate`` and ``all`` start runs only under the
+protocol (:func:`lab.study.start_run`), so they refuse this record until it names its current digest that way.
 
 Every run starts from the same MiniHouse prior and trains on train-split games only (``make alfworld-train`` unpacks
 them). Its result is its final checkpoint: no point of the curve is picked, nothing is selected on an evaluation
@@ -20,7 +23,8 @@ write its commands, since choose-mode training leaves the tiny model unable to.
 A run's checkpoint goes to ``runs/alfworld/<arm>-seed<k>/checkpoint`` (ignored) after every iteration, so a stopped
 run continues where it was; the final agent (about 2 MB) goes to ``results/agents/alfworld-<arm>-seed<k>``, and
 the rest of what is kept to ``results/alfworld/runs/<arm>-seed<k>/``: ``curve.jsonl`` (the logged values of every
-iteration), ``eval.json`` (every episode of every split and protocol) and ``run.json``.
+iteration), ``eval.json`` (every episode of every split and protocol) and ``run.json``; a run started under the
+protocol adds ``starts.jsonl`` (each process's registration) and ``games.json`` (the train games it played).
 """
 
 from __future__ import annotations
@@ -43,8 +47,21 @@ from agents.reporting import ALFWORLD_ORDER, atomic_write_text, markdown_table
 from lab.benchmark import rollout_steps_to_bar
 from lab.recorder import Recorder
 from lab.reporting import bootstrap_difference, bootstrap_ratio
-from lab.study import ROOT, read_curve, read_json, study_parser, write_record
-from lab.study import load_settings as load_study_settings
+from lab.study import (
+    GAMES,
+    ROOT,
+    GamesPlayed,
+    add_allow_dirty,
+    load_legacy_settings,
+    read_curve,
+    read_json,
+    read_starts,
+    record_start,
+    run_rows,
+    start_run,
+    study_parser,
+    write_record,
+)
 
 SETTINGS = Path(__file__).resolve().parent / "alfworld-compare.yaml"
 OUT = ROOT / "results" / "alfworld"
@@ -54,8 +71,13 @@ PRIOR_ARM = "prior"
 
 
 def load_settings(check: bool = True) -> dict[str, Any]:
-    """The study's settings, refused when they are not the pre-registered ones (their sha256 in the record)."""
-    return load_study_settings(SETTINGS, PREREGISTRATION if check else None)
+    """The study's settings; with ``check``, refused unless the legacy pre-registration lists their sha256 (enough
+    to report the committed runs; starting a run asks :func:`lab.study.start_run`)."""
+    if check:
+        return load_legacy_settings(SETTINGS, PREREGISTRATION)
+    from lab.study import load_settings as read_unchecked
+
+    return read_unchecked(SETTINGS)
 
 
 def run_name(arm: str, seed: int) -> str:
@@ -85,9 +107,9 @@ def final_agent(name: str) -> Path:
     return ROOT / "results" / "agents" / f"alfworld-{name}"
 
 
-def train(settings: dict[str, Any], arm: str, seed: int) -> Path:
+def train(settings: dict[str, Any], arm: str, seed: int, registration: dict[str, Any]) -> Path:
     """Train one run to its budget, one iteration per ``learn`` call with a checkpoint after each (resumable);
-    returns the final agent's folder."""
+    ``registration`` (:func:`lab.study.start_run`) goes beside its record. Returns the final agent's folder."""
     from agents import GAGPOAgent
 
     name = run_name(arm, seed)
@@ -110,25 +132,29 @@ def train(settings: dict[str, Any], arm: str, seed: int) -> Path:
             estimator=spec["estimator"], seed=seed, verbose=0, **spec["agent"],
         )  # fmt: skip
         curve.unlink(missing_ok=True)
+        (out / GAMES).unlink(missing_ok=True)
+    record_start(out, registration, fresh=not (checkpoint / "agent.json").is_file())
+    games = GamesPlayed(out / GAMES)
     agent.set_logger(Logger(folder=None, output_formats=[Recorder(curve)]))  # the curve survives a stop
     budget = int(settings["total_timesteps"])
     while agent.num_timesteps < budget:
         t0 = time.perf_counter()
-        agent.learn(budget - agent.num_timesteps, reset_num_timesteps=False, max_iterations=1)
+        agent.learn(budget - agent.num_timesteps, callback=games, reset_num_timesteps=False, max_iterations=1)
         agent.save(checkpoint)
         last = read_curve(curve)[-1]
         print(f"{name}: {agent.num_timesteps} steps, train success {last.get('rollout/success_rate', 0):.3f}, "
               f"{time.perf_counter() - t0:.0f} s", flush=True)  # fmt: skip
     agent.save(final)
     drop_optimizer_state(final)  # results/ keeps agents for playing (results/README.md); the checkpoint resumes
-    write_record(out / "run.json", settings, arm=arm, seed=seed, num_timesteps=agent.num_timesteps,
+    write_record(out / "run.json", settings, registration, arm=arm, seed=seed, num_timesteps=agent.num_timesteps,
                  iterations=agent.iteration, train_s_this_process=time.perf_counter() - started)  # fmt: skip
     return final
 
 
-def evaluate(settings: dict[str, Any], arm: str, seed: int, workers: int = 0) -> Path:
+def evaluate(settings: dict[str, Any], arm: str, seed: int, registration: dict[str, Any], workers: int = 0) -> Path:
     """Every game of both evaluation splits, once per protocol, by the run's final agent (the prior for
-    ``--arm prior``); episodes into ``eval.json``, written after each (split, protocol) so a stop loses little."""
+    ``--arm prior``); episodes into ``eval.json``, written after each (split, protocol) so a stop loses little.
+    ``registration`` joins the run's ``starts.jsonl``: the evaluating process is one of the run's."""
     from agents import GAGPOAgent
 
     name = run_name(arm, seed)
@@ -136,6 +162,7 @@ def evaluate(settings: dict[str, Any], arm: str, seed: int, workers: int = 0) ->
     out.mkdir(parents=True, exist_ok=True)
     path = out / "eval.json"
     done = read_json(path, {})
+    record_start(out, registration)
     if arm == PRIOR_ARM:
         source = WORK / PRIOR_ARM / "agent"
         if not (source / "agent.json").is_file():
@@ -191,7 +218,7 @@ def pending(settings: dict[str, Any], include_extra: bool) -> list[tuple[str, st
     return todo
 
 
-def run_all(settings: dict[str, Any], jobs: int, include_extra: bool) -> None:
+def run_all(settings: dict[str, Any], jobs: int, include_extra: bool, allow_dirty: bool = False) -> None:
     """Every pending step, ``jobs`` subprocesses at a time; a run's evaluation waits for its training."""
     todo = pending(settings, include_extra)
     running: dict[tuple[str, int], subprocess.Popen] = {}
@@ -209,7 +236,8 @@ def run_all(settings: dict[str, Any], jobs: int, include_extra: bool) -> None:
             if (arm, seed) in busy or (what == "evaluate" and ("train", arm, seed) in todo):
                 continue
             todo.remove(step)
-            cmd = [sys.executable, "-m", __spec__.name, what, "--arm", arm, "--seed", str(seed)]
+            cmd = [sys.executable, "-m", __spec__.name, what, "--arm", arm, "--seed", str(seed),
+                   *(["--allow-dirty"] if allow_dirty else [])]  # fmt: skip
             running[(arm, seed)] = subprocess.Popen(cmd, cwd=ROOT)
             busy.add((arm, seed))
         time.sleep(5)
@@ -447,6 +475,10 @@ def write_report(settings: dict[str, Any]) -> Path:
                       "these rows are not the pre-registered comparison.", ""]  # fmt: skip
         lines += [markdown_table(rows)]
     lines += ["", "## Episode length (steps; 50 is the limit)", "", markdown_table(length_table(settings, data))]
+    protocol = {name: OUT / "runs" / name for name in data["runs"] if read_starts(OUT / "runs" / name)}
+    if protocol:  # runs started under lab/study.py's protocol (the committed runs predate it)
+        lines += ["", "## Registration and train games of the runs started under the protocol", "",
+                  markdown_table(run_rows(protocol))]  # fmt: skip
     rows = curve_table(settings, data)
     if rows:
         lines += ["", "## Training-game success at fixed env steps", "", markdown_table(rows)]
@@ -475,11 +507,13 @@ def main(argv: list[str] | None = None) -> int:
             help="an arm of the settings (an estimator or a variant arm's name), or 'prior' (evaluate)",
         )
         p.add_argument("--seed", type=int, default=0)
+        add_allow_dirty(p)
         if command == "evaluate":
             p.add_argument("--workers", type=int, default=0, help="env worker processes (the same results)")
     p = commands["all"]
     p.add_argument("--jobs", type=int, default=2, help="processes at a time")
     p.add_argument("--extra", action="store_true", help="also the extra arms (after the primary and variant ones)")
+    add_allow_dirty(p)
     args = parser.parse_args(argv)
     settings = load_settings()
     if args.command in ("train", "evaluate"):
@@ -493,12 +527,15 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(settings, indent=1))
         for step in pending(settings, include_extra=True):
             print("pending:", *step)
-    elif args.command == "train":
-        train(settings, args.arm, args.seed)
-    elif args.command == "evaluate":
-        evaluate(settings, args.arm, args.seed, args.workers)
-    elif args.command == "all":
-        run_all(settings, args.jobs, args.extra)
+    elif args.command in ("train", "evaluate", "all"):
+        # the protocol: a clean tree and a committed pre-registration naming these settings as current, or exit
+        registration = start_run(settings, PREREGISTRATION, allow_dirty=args.allow_dirty, stage=args.command)
+        if args.command == "train":
+            train(settings, args.arm, args.seed, registration)
+        elif args.command == "evaluate":
+            evaluate(settings, args.arm, args.seed, registration, args.workers)
+        else:
+            run_all(settings, args.jobs, args.extra, args.allow_dirty)
     else:
         write_report(settings)
     return 0

@@ -21,7 +21,7 @@ import numpy as np
 
 from agents.reporting import ALFWORLD_ORDER, atomic_write_text, markdown_table
 from agents.rollout import iteration_sampler
-from lab.reporting import bootstrap_difference, game_success_interval, t_interval_difference
+from lab.reporting import bootstrap_difference, plot_seed_bands, t_interval_difference, type_intervals
 
 ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "results" / "alfworld"
@@ -121,16 +121,10 @@ def type_rows(runs: dict[str, dict[str, Any]], split: str) -> list[dict[str, Any
     rows = []
     for arm in ("prior", *ARMS):
         names = ["prior"] if arm == "prior" else [f"{arm}-seed{s}" for s in SEEDS]
-        games: dict[str, dict[str, Any]] = {}
-        for name in names:
-            for episode in runs[name]["eval"][f"{split}/greedy"]["episodes"]:
-                game = games.setdefault(episode["task_id"], {"type": episode["task_type"], "won": []})
-                game["won"].append(float(episode["won"]))
+        played = [runs[name]["eval"][f"{split}/greedy"]["episodes"] for name in names]
         row: dict[str, Any] = {"arm": arm, "seeds": len(names)}
-        for column in (*ALFWORLD_ORDER, "All"):
-            won = [g["won"] for g in games.values() if column == "All" or g["type"] == column.lower()]
-            rate, low, high = game_success_interval(won, level=TYPE_LEVEL)
-            row[f"{column} ({len(won)})"] = f"{100 * rate:.1f} [{100 * low:.1f}, {100 * high:.1f}]"
+        for column, (rate, low, high, n) in type_intervals(played, (*ALFWORLD_ORDER, "All"), level=TYPE_LEVEL).items():
+            row[f"{column} ({n})"] = f"{100 * rate:.1f} [{100 * low:.1f}, {100 * high:.1f}]"
         rows.append(row)
     return rows
 
@@ -193,54 +187,17 @@ def headline_rows(runs: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
-def curve_band(
-    curves: list[list[dict[str, Any]]], window: int = 3
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Training success of several seeds on one grid of env steps: each seed's moving mean over ``window``
-    iterations (the bar's measure), interpolated between iterations; returns (steps, mean, min, max)."""
-    series = []
-    for curve in curves:
-        steps = np.array([c["step"] for c in curve], dtype=float)
-        success = np.array([c["rollout/success_rate"] for c in curve])
-        smooth = np.array([success[max(0, k - window + 1) : k + 1].mean() for k in range(len(success))])
-        series.append((steps, smooth))
-    grid = np.linspace(max(s[0] for s, _ in series), min(s[-1] for s, _ in series), 200)
-    values = np.array([np.interp(grid, s, v) for s, v in series])
-    return grid, values.mean(0), values.min(0), values.max(0)
-
-
 def plot_curves(runs: dict[str, dict[str, Any]], path: Path) -> None:
-    """One panel per arm: the mean of its seeds' training success with their range as a band, GAGPO's mean as a
-    reference line in every other panel, the bar; the legend below the panels."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    panels = [*ARMS, "gagpo-generate"]
-    fig, axes = plt.subplots(3, 3, figsize=(9, 7.2), sharex=True, sharey=True)
-    reference = curve_band([runs[f"gagpo-seed{s}"]["curve"] for s in SEEDS])
-    for ax, arm in zip(axes.flat, panels):
-        names = [n for n in runs if n.startswith(f"{arm}-seed") and runs[n]["curve"]]
-        steps, mean, low, high = curve_band([runs[n]["curve"] for n in names])
-        if arm != "gagpo":
-            ax.plot(reference[0], reference[1], color="grey", lw=1, ls="--", label="GAGPO, mean of 3 seeds")
-        ax.fill_between(steps, low, high, color="C0", alpha=0.25, lw=0, label="range of the seeds")
-        ax.plot(steps, mean, color="C0", lw=1.6, label="mean of the seeds")
-        ax.axhline(BAR, color="black", lw=0.6, ls=":", label=f"the bar ({BAR})")
-        ax.set_title(f"{arm} ({len(names)} seed{'s' if len(names) > 1 else ''})", fontsize=9)
-        ax.set_ylim(0, 1)
-        ax.tick_params(labelsize=8)
-    for ax in axes[-1]:
-        ax.set_xlabel("env steps", fontsize=8)
-    for ax in axes[:, 0]:
-        ax.set_ylabel("train success, 3-iter. mean", fontsize=8)
-    handles, labels = axes.flat[1].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=8, frameon=False)
-    fig.suptitle("ALFWorld train games: training success per arm (sampled episodes, 32 an iteration)", fontsize=10)
-    fig.tight_layout(rect=(0, 0.05, 1, 0.97))
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    """One panel per arm (and gagpo-generate): its seeds' mean with their range, GAGPO's mean for reference
+    (:func:`lab.reporting.plot_seed_bands`)."""
+    panels = {
+        arm: [runs[n]["curve"] for n in runs if n.startswith(f"{arm}-seed") and runs[n]["curve"]]
+        for arm in (*ARMS, "gagpo-generate")
+    }
+    plot_seed_bands(
+        panels, path, reference="gagpo", reference_label="GAGPO, mean of 3 seeds", bar=BAR,
+        title="ALFWorld train games: training success per arm (sampled episodes, 32 an iteration)",
+    )  # fmt: skip
 
 
 def timing_lines(runs: dict[str, dict[str, Any]]) -> list[str]:
