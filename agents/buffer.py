@@ -45,6 +45,7 @@ class Row:
     # The reward carries config.invalid_action_penalty: the env rejected the action or no command was parsed
     # (not info["action_valid"] or not info["action_parsed"]), verl-agent's is_action_valid = False.
     invalid: bool = False
+    version: int = 0  # the policy version (updates done) whose weights sampled it; lags the trainer's under overlap
 
     @staticmethod
     def keys_from(info: dict, names: Sequence[str]) -> tuple:

@@ -344,7 +344,9 @@ class StepProgressBar(ProgressBarCallback):
 def held_steps(model: Any) -> int:
     """The step count a save of ``model`` holds: its last iteration boundary's (what ``save()`` writes), which
     is the current count between iterations and less after training stopped inside a rollout."""
-    boundary = getattr(model, "boundary", None)
+    # With an update in flight beside the rollout (overlap), a save first waits for it: it holds that boundary.
+    pending = getattr(model, "pending_boundary", None)
+    boundary = (pending() if callable(pending) else None) or getattr(model, "boundary", None)
     return int(boundary["num_timesteps"]) if boundary is not None else int(model.num_timesteps)
 
 

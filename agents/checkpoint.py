@@ -2,10 +2,10 @@
 
 The folder: ``model/`` (weights in safetensors, fp32 master weights, and the tokenizer), ``value_head.safetensors``
 (PPO), ``reference.safetensors`` (a tiny or prior agent's KL reference), ``prompt_template.txt`` (a template
-read from a file), ``optimizer.pt`` (tensors and plain
-containers only: loaded with ``weights_only=True``), ``rng.safetensors``, ``agent.json`` (config, env, counters,
-the source record) and ``manifest.json``. :func:`write_agent` and :func:`restore_state` are what
-:meth:`agents.gagpo.GAGPOAgent.save` and ``load`` call.
+read from a file), ``optimizer.pt`` (tensors and plain containers only: loaded with ``weights_only=True``),
+``rng.safetensors``, ``behaviour.safetensors`` (an ``overlap`` run's older weights, which its next rollouts act
+with), ``agent.json`` (config, env, counters, the source record) and ``manifest.json``. :func:`write_agent` and
+:func:`restore_state` are what :meth:`agents.gagpo.GAGPOAgent.save` and ``load`` call.
 
 ``optimizer.pt`` is what resuming needs and playing does not: a copy kept to play (the committed agents of
 ``results/agents/``) leaves it out of the folder and of its manifest, and loads and plays as the full checkpoint
@@ -44,6 +44,7 @@ AGENT_FILE = "agent.json"
 MANIFEST_FILE = "manifest.json"
 #: The KL reference's weights inside a saved tiny or prior agent (a pretrained one records its source instead).
 REFERENCE_FILE = "reference.safetensors"
+BEHAVIOUR_FILE = "behaviour.safetensors"  # overlap: the weights versions a resumed run still acts with
 #: A prompt template read from a file, kept with the agent (its config names the file it came from).
 TEMPLATE_FILE = "prompt_template.txt"
 #: The optimizer state: needed to resume a run, not to play; a play-only copy's manifest does not list it.
@@ -248,6 +249,11 @@ def write_agent(folder: Path, agent: Any, core_state: dict | None, optimizer_sta
         torch.save(optimizer_state, folder / OPTIMIZER_FILE)
     boundary = agent.boundary
     save_file({"torch": boundary["torch_rng"]}, folder / "rng.safetensors")
+    # overlap: the older weights the next rollouts act with (docs/overlap.md), so a resumed run plays them again.
+    behaviour = agent.behaviour_versions() if hasattr(agent, "behaviour_versions") else {}
+    if behaviour:
+        tensors = {f"{v}/{k}": t.contiguous() for v, state in behaviour.items() for k, t in state.items()}
+        save_file(tensors, folder / BEHAVIOUR_FILE)
     meta = {
         "format": FORMAT,
         "config": agent.config.to_dict(),
@@ -393,3 +399,9 @@ def restore_state(agent: Any, folder: Path, meta: dict[str, Any]) -> None:
     agent.rng.bit_generator.state = meta["numpy_rng"]
     torch.set_rng_state(load_file(folder / "rng.safetensors")["torch"])
     agent.mark_boundary()
+    if (folder / BEHAVIOUR_FILE).is_file() and getattr(agent, "pipeline", None) is not None:
+        states: dict[int, dict[str, torch.Tensor]] = {}
+        for name, tensor in load_file(folder / BEHAVIOUR_FILE).items():
+            version, key = name.split("/", 1)
+            states.setdefault(int(version), {})[key] = tensor
+        agent.pipeline.versions.states.update(states)

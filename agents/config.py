@@ -236,6 +236,16 @@ class GAGPOConfig:
     # auto: on with backend="vllm" (another engine, maybe another dtype), off with "hf" (the trainer samples itself)
     rollout_is: str = field(default="auto", metadata={"help": "auto | on | off"})
     rollout_is_cap: float = field(default=2.0, metadata={"help": "rollout is cap"})
+    # Overlap (docs/overlap.md): iteration k's update runs in a thread while rollout k+1 is played with the frozen
+    # weights of an older version (at most max_staleness updates behind); the loss corrects the gap (decoupled PPO).
+    overlap: bool = field(
+        default=False,
+        metadata={"help": "run each update beside the next rollout (off: the sequential loop, bit for bit)"},
+    )
+    max_staleness: int = field(
+        default=1,
+        metadata={"help": "overlap: rollout k acts with the weights of update k - max_staleness (0: waits, = sync)"},
+    )
     device: str = field(default="auto", metadata={"help": "auto | cpu | cuda | cuda:N | mps"})
     dtype: str = field(
         default="auto",
@@ -391,6 +401,11 @@ class GAGPOConfig:
         check(self.backend in BACKENDS, f"backend must be one of {BACKENDS}, got {self.backend!r}")
         check(self.rollout_is in ("auto", "on", "off"), f"rollout_is must be auto|on|off, got {self.rollout_is!r}")
         check(self.rollout_is_cap >= 1, f"rollout_is_cap must be >= 1, got {self.rollout_is_cap}")
+        check(self.max_staleness >= 0, f"max_staleness must be >= 0, got {self.max_staleness}")
+        check(
+            not (self.overlap and self.backend == "vllm"),
+            "overlap=True samples with a frozen copy of the trainer's weights; backend='vllm' is not supported with it",
+        )
         check(
             0 < self.vllm_gpu_memory_utilization <= 1,
             f"vllm_gpu_memory_utilization must be in (0, 1], got {self.vllm_gpu_memory_utilization}",

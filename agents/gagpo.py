@@ -33,7 +33,8 @@ from agents.distributed import Distributed
 from agents.env_spec import EnvSpec, check_step_limit, prompt_builder, text_wrapping
 from agents.evaluation import run_panel
 from agents.models import TINY_KINDS, Models, ModelSource, Restore, build_models
-from agents.policy import PolicyCore
+from agents.overlap import STATE_SET_ESTIMATORS, Pending, UpdatePipeline, mixed_version_sets
+from agents.policy import LLMPolicy, PolicyCore
 from agents.precision import resolve_device
 from agents.prior import prior_defaults, read_prior
 from agents.rollout import RolloutCollector, RolloutSummary, panel_action_seed
@@ -95,7 +96,8 @@ class GAGPOAgent:
                 "backend='vllm' serves generate mode; choose mode scores candidates with the trainer's packed forward",
                 stacklevel=2,
             )
-        torch.set_num_threads(c.torch_threads or max(1, (os.cpu_count() or 2) // 2))
+        threads = c.torch_threads or max(1, (os.cpu_count() or 2) // 2)
+        torch.set_num_threads(threads)
         torch.manual_seed(c.seed)
         self.rng = np.random.default_rng(c.seed)
         self.num_timesteps = 0
@@ -106,6 +108,11 @@ class GAGPOAgent:
         self.dist = Distributed(fsdp=c.fsdp)
         if c.backend == "vllm" and self.dist.world_size > 1:
             raise ValueError("backend='vllm' runs one engine in one process: launch a single process (or use 'hf')")
+        if c.overlap and self.dist.world_size > 1:
+            raise ValueError(
+                "overlap=True runs the update in a thread beside the rollout; under a launch both would issue "
+                "collectives on one process group: launch a single process, or train with overlap=False"
+            )
         self.verbose = verbose if self.dist.is_main else 0  # logs come from the main process
 
         # The vector env is built when first needed (learn(), get_env()): a loaded agent plays and evaluates
@@ -136,6 +143,9 @@ class GAGPOAgent:
         self.update = PolicyUpdate(self.policy, self.optimizer, c, self.dist, self.reference_core)
         self.dist.first_forward(self.update.zero_loss)
         self.buffer = GroupRolloutBuffer(c)
+        #: The update beside the next rollout (``overlap``): its thread, the weights' versions, the acting copy.
+        self.pipeline = UpdatePipeline(self.policy, c.max_staleness, threads) if c.overlap else None
+        self._log_interval = 1
         # One writer per log folder: under a launch every rank runs this, the main process logs.
         self.set_logger(default_logger(self.verbose, log_dir if self.dist.is_main else None))
         self.mark_boundary()
@@ -289,6 +299,7 @@ class GAGPOAgent:
     ) -> list[str]:  # fmt: skip
         """The model's texts (generate mode: the whole response) for a batch of observations, each sampled with
         its seed (default: seeds drawn from the agent's RNG); memories and step counts default to the infos'."""
+        self.settle()  # an update running beside a rollout (overlap) would be changing the weights it plays with
         memories = memories or [None] * len(obs)
         step_counts = step_counts or [None] * len(obs)
         prompts = [
@@ -301,15 +312,27 @@ class GAGPOAgent:
             return self.policy.act(prompts, admissible, seeds=seeds, rng=rng, deterministic=deterministic).texts
 
     # ----- rollouts and updates ------------------------------------------------------------------------
-    def collect_rollouts(self, callback: BaseCallback) -> bool:
-        """Every group plays its task to the end; rows go to the buffer. False if a callback stopped training."""
+    def collect_rollouts(
+        self, callback: BaseCallback, iteration: int | None = None, logger: Logger | None = None,
+        policy: LLMPolicy | None = None,
+    ) -> bool:  # fmt: skip
+        """Every group plays its task to the end; rows go to the buffer. False if a callback stopped training.
+
+        ``iteration`` (default: the iterations done), ``logger`` and ``policy``: what the overlap changes, the
+        rollout's index, where its metrics wait for its iteration's end, and the frozen weights it acts with."""
         start_timesteps = self.num_timesteps
-        stats = self.rollout.collect(self.iteration, callback, self._count_steps)
+        collector = self.rollout
+        own = collector.policy
+        collector.policy = policy or own
+        try:
+            stats = collector.collect(self.iteration if iteration is None else iteration, callback, self._count_steps)
+        finally:
+            collector.policy = own
         if stats is None:
             return False
         # Callbacks saw this rank's steps; from here on the count is every rank's (dropped groups' steps included).
         self.num_timesteps = start_timesteps + int(self.dist.sum([stats.steps])[0])
-        self.last_rollout = self.rollout.log(self.logger, stats)
+        self.last_rollout = collector.log(logger or self.logger, stats)
         callback.on_rollout_end()
         return True
 
@@ -377,6 +400,11 @@ class GAGPOAgent:
         last_iteration = None if max_iterations is None else self.iteration + max_iterations
         callback = init_callback(self, callback, progress_bar)
         callback.on_training_start(locals(), globals())
+        if self.pipeline is not None:
+            self._log_interval = log_interval
+            self.learn_overlapped(callback, total_timesteps, last_iteration, reset_num_timesteps)
+            callback.on_training_end()
+            return self
         while self.num_timesteps < total_timesteps and (last_iteration is None or self.iteration < last_iteration):
             t0, start_timesteps = time.perf_counter(), self.num_timesteps
             try:
@@ -402,6 +430,134 @@ class GAGPOAgent:
                 self.logger.dump(step=self.num_timesteps)
         callback.on_training_end()
         return self
+
+    # ----- the loop with the update beside the next rollout (overlap) -----------------------------------
+    def learn_overlapped(
+        self, callback: BaseCallback, total_timesteps: int, last_iteration: int | None, reset: bool
+    ) -> None:
+        """:meth:`learn`'s loop with ``overlap``: rollout j plays with version ``j - max_staleness`` while the
+        updates before it run in the pipeline's thread (:mod:`agents.overlap`). An iteration's metrics (its rollout's
+        and its update's) are logged together when its update ends; an error, a failed update or Ctrl-C first lets
+        the updates in flight end, so the last boundary holds every finished update."""
+        pipe = self.pipeline
+        assert pipe is not None
+        if reset:  # a new run: versions of another count would be read as this one's
+            pipe.versions.clear()
+            pipe.acting_version = None
+        if pipe.versions.get(self.iteration) is None:
+            pipe.versions.publish(self.iteration, self.policy.core)
+        own_threads = torch.get_num_threads()
+        torch.set_num_threads(pipe.rollout_threads)
+        rollout = self.iteration  # the next rollout's index (no update is in flight between learn() calls)
+        try:
+            while self.num_timesteps < total_timesteps and (last_iteration is None or rollout < last_iteration):
+                version = pipe.behaviour_version(rollout)
+                t0 = time.perf_counter()
+                self.finish_updates(lambda v=version: pipe.versions.get(v) is not None)
+                waited = time.perf_counter() - t0
+                pipe.versions.keep_from(version)
+                acting = pipe.acting(version)
+                t1, start_timesteps = time.perf_counter(), self.num_timesteps
+                metrics = Logger(folder=None, output_formats=[])  # logged when this rollout's iteration ends
+                try:
+                    if not self.collect_rollouts(callback, iteration=rollout, logger=metrics, policy=acting):
+                        break
+                except BaseException:  # its steps are dropped, never trained on; the updates in flight end first
+                    self.num_timesteps = start_timesteps
+                    self.settle()
+                    raise
+                metrics.record("time/weight_sync_s", acting.release_engine())
+                metrics.record("time/rollout_s", time.perf_counter() - t1)
+                metrics.record("time/rollout_wait_s", waited)
+                metrics.record("overlap/staleness", rollout - version)  # every group of a rollout: one version
+                for row in self.buffer.rows:
+                    row.version = version
+                if self.config.estimator in STATE_SET_ESTIMATORS:
+                    metrics.record("overlap/mixed_version_sets", mixed_version_sets(self.buffer.rows))
+                plan = self.update_plan()
+                boundary = {
+                    "num_timesteps": self.num_timesteps, "iteration": rollout + 1,
+                    "numpy_rng": self.rng.bit_generator.state,
+                }  # fmt: skip
+                job = functools.partial(
+                    self.update_job, plan, start_timesteps / total_timesteps, version != rollout, rollout + 1
+                )
+                pipe.submit(job, Pending(rollout, dict(metrics.name_to_value), boundary))
+                rollout += 1
+            self.settle()
+        finally:
+            torch.set_num_threads(own_threads)
+            if not pipe.pending:
+                pipe.close()
+
+    def update_job(self, plan: list[list[list[Row]]], progress: float, stale: bool, version: int) -> dict[str, float]:
+        """One iteration's update, run in the pipeline's thread: recompute (decoupled PPO's proximal log-probs and
+        the truncated weights of stale rows), the learning rate, the minibatch steps; then publish ``version``."""
+        t0 = time.perf_counter()
+        logs = self.update.recompute(plan[0], stale=stale)
+        logs["time/recompute_s"] = time.perf_counter() - t0
+        logs["train/learning_rate"] = self.update.set_progress(progress)
+        t1 = time.perf_counter()
+        logs |= self.update.run(plan)
+        logs["time/update_s"] = time.perf_counter() - t1
+        assert self.pipeline is not None
+        self.pipeline.versions.publish(version, self.policy.core)
+        return logs
+
+    def finish_updates(self, done: Any = None) -> None:
+        """End the iterations whose updates are over, in order; then wait for more until ``done()`` (None: all)."""
+        pipe = self.pipeline
+        if pipe is None:
+            return
+        while pipe.pending and (pipe.pending[0].future.done() or (done is None or not done())):
+            self.finish_oldest()
+
+    def settle(self) -> None:
+        """Wait for every update in flight (``overlap``) and end its iteration: the weights are then at the last
+        boundary, what :meth:`save`, :meth:`predict` and :meth:`evaluate` need. A no-op without overlap."""
+        self.finish_updates(None)
+
+    def pending_boundary(self) -> dict[str, Any] | None:
+        """The boundary the last update in flight ends at (None when none is): what a save would hold."""
+        pipe = self.pipeline
+        return pipe.pending[-1].boundary if pipe is not None and pipe.pending else None
+
+    def behaviour_versions(self) -> dict[int, dict[str, torch.Tensor]]:
+        """The older weights later rollouts still act with (``overlap``): a save holds them, to resume exactly."""
+        if self.pipeline is None or self.boundary is None:
+            return {}
+        b = int(self.boundary["iteration"])
+        return self.pipeline.versions.between(b - self.config.max_staleness, b)
+
+    def finish_oldest(self) -> None:
+        """Wait for the oldest update in flight, then log its iteration (rollout and update metrics together) and
+        make its end the boundary a save holds. A failed update raises one RuntimeError saying so."""
+        pipe = self.pipeline
+        assert pipe is not None
+        p = pipe.pending[0]
+        try:
+            logs = p.future.result()
+        except BaseException as err:
+            if not p.future.done():  # Ctrl-C while waiting: the update runs on, still pending
+                raise
+            for q in pipe.pending:
+                q.future.cancel()
+            pipe.pending.clear()
+            self.boundary = None  # the weights are part-way through that update
+            raise RuntimeError(
+                f"the update of iteration {p.rollout + 1} failed in the update thread ({type(err).__name__}: {err}); "
+                f"iterations up to {self.iteration} are intact (save the last checkpoint's, not these weights)"
+            ) from err
+        pipe.pending.popleft()
+        self.iteration = p.rollout + 1
+        self.boundary = {**p.boundary, "torch_rng": torch.get_rng_state()}
+        for key, value in {**p.logs, **logs}.items():
+            self.logger.record(key, value)
+        steps = int(p.boundary["num_timesteps"])
+        self.logger.record("time/iterations", self.iteration)
+        self.logger.record("time/total_timesteps", steps)
+        if self._log_interval and self.iteration % self._log_interval == 0:
+            self.logger.dump(step=steps)
 
     # ----- evaluation -----------------------------------------------------------------------------------
     def evaluate(
@@ -484,6 +640,7 @@ class GAGPOAgent:
         counters, RNG); after learn() was stopped inside an update (Ctrl-C, an error) it raises RuntimeError.
         """
         path = Path(path)
+        self.settle()  # overlap: the updates in flight end first, so the weights are at a boundary
         if self.boundary is None:
             raise RuntimeError(
                 f"cannot save to {path}: learn() stopped inside iteration {self.iteration + 1}'s update, so the "

@@ -139,10 +139,14 @@ class PolicyUpdate:
 
     # ----- recompute ----------------------------------------------------------------------------------------
     @torch.no_grad()
-    def recompute(self, first_epoch: list[list[Row]]) -> dict[str, float]:
+    def recompute(self, first_epoch: list[list[Row]], stale: bool = False) -> dict[str, float]:
         """Set each row's ``old_logp`` (and ``ref_logp``, ``is_weight``) from the update's own forward, in the
-        first epoch's minibatches; returns what to log (the gap to the sampler's ``rollout_logp``, entropy)."""
+        first epoch's minibatches; returns what to log (the gap to the sampler's ``rollout_logp``, entropy).
+
+        ``stale``: the rows were sampled by older weights (``overlap``); ``old_logp`` is then the proximal policy
+        of decoupled PPO and ``is_weight`` the truncated behaviour correction, whatever ``rollout_is`` says."""
         c = self.config
+        weighted = c.rollout_is == "on" or stale
         with self.dist.full_params():
             self.policy.train()  # the mode the update runs in (dropout, gradient checkpointing)
             gaps, entropy, weights = [], [], []
@@ -154,7 +158,7 @@ class PolicyUpdate:
                     n = len(r.rollout_logp)
                     r.old_logp = logp[k, :n].astype(np.float64)
                     gaps.append(np.abs(r.old_logp - r.rollout_logp))
-                    if c.rollout_is == "on":
+                    if weighted:
                         r.is_weight = min(math.exp(float(np.mean(r.old_logp - r.rollout_logp))), c.rollout_is_cap)
                         weights.append(r.is_weight)
                     if ref is not None:
@@ -163,11 +167,12 @@ class PolicyUpdate:
         per_token = np.concatenate(gaps) if gaps else np.zeros(0)
         gap, mean_gap = float(per_token.max(initial=0.0)), float(per_token.mean()) if per_token.size else 0.0
         logs = {"rollout/logp_gap_max": gap, "rollout/logp_gap_mean": mean_gap}
-        if c.rollout_is == "on":
+        if weighted:
             w = np.array(weights)
             logs["rollout/is_weight_mean"] = float(w.mean()) if w.size else 1.0
             logs["rollout/is_truncated_share"] = float(np.mean(w >= c.rollout_is_cap))
-        if mean_gap > LOGP_GAP_WARN.get(self.policy.precision.compute_dtype, 0.1) and not self.gap_warned:
+        # Stale rows differ from the trainer by the updates between: that gap is the overlap's, not an engine's.
+        if not stale and mean_gap > LOGP_GAP_WARN.get(self.policy.precision.compute_dtype, 0.1) and not self.gap_warned:
             self.gap_warned = True
             warnings.warn(
                 f"the sampler's log-probs differ from the trainer's by {mean_gap:.3f} nats per token on average "

@@ -1,0 +1,125 @@
+"""learn() with the update beside the next rollout (``overlap=True``) against the sequential loop, in one run.
+
+    python -m lab.bench.overlap                                      # MiniHouse small, tiny model
+    python -m lab.bench.overlap --settings minihouse-small alfworld-train smollm2-generate --iterations 6
+
+Each setting trains fresh agents (seed 0, ``vec_mode="async"``: the envs step in 2 worker processes) with
+``learn(max_iterations=--iterations)``, the two modes alternating ``--repeats`` times (off, on, off, on...) so that
+a drift in the machine's load hits both. Both modes have the same torch thread budget, ``--threads`` (default 2):
+off gives all of it to the one loop, on splits it between the rollout's thread and the update's
+(:func:`agents.overlap.thread_split`). Agent construction is not timed; the first iteration is (the pipeline's
+fill: its rollout has no update beside it).
+
+A third row runs the sequential loop on one thread: on a busy machine one OpenMP thread can beat two, and the
+speedup over that row is the overlap's own. Printed per mode (medians over the repeats): env steps/s (env steps of
+learn() over its wall time) and the share of the wall time each stage waits. Off: the rollout waits while the
+recompute and update run, the update while the rollout runs. On: the rollout waits when the version it must act
+with is not out yet (``time/rollout_wait_s``); the update thread waits when it has no rollout to train on (1 - its
+busy time, ``time/update_thread_s``, over the wall time). ``load`` is the machine's 1-minute load average at the
+start and the end: the numbers are only comparable on a quiet machine. Settings: ``minihouse-small`` (MiniHouse
+``{"size": "small"}``, tiny model, choose mode), ``alfworld-train`` (ALFWorld's train split, tiny model; needs
+``ALFWORLD_DATA``), ``smollm2-generate`` (SmolLM2-135M-Instruct in generate mode, from
+``.cache/smollm2-135m-instruct``: ``python scripts/fetch_smollm2.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+from typing import Any
+
+from stable_baselines3.common.logger import KVWriter, Logger
+
+SETTINGS: dict[str, dict[str, Any]] = {
+    "minihouse-small": {"env": "gagpo_gym/MiniHouse-v0", "env_kwargs": {"size": "small"}},
+    "alfworld-train": {"env": "gagpo_gym/ALFWorld-v0", "env_kwargs": {"split": "train"}},
+    "smollm2-generate": {
+        "env": "gagpo_gym/MiniHouse-v0",
+        "env_kwargs": {"size": "small"},
+        "model": ".cache/smollm2-135m-instruct",
+        "config": {"action_mode": "generate", "max_new_tokens": 24, "num_groups": 2, "group_size": 4},
+    },  # fmt: skip
+}
+
+
+class Keep(KVWriter):
+    """Every dump of the logger: the per-iteration times."""
+
+    def __init__(self) -> None:
+        self.dumps: list[dict[str, Any]] = []
+
+    def write(self, key_values: dict[str, Any], key_excluded: dict, step: int = 0) -> None:
+        self.dumps.append(dict(key_values))
+
+    def close(self) -> None:
+        pass
+
+
+def measure(setting: dict[str, Any], overlap: bool, iterations: int, threads: int) -> dict[str, float]:
+    """One learn() of ``iterations`` iterations: env steps/s and the shares of wall time each stage waits."""
+    from agents import GAGPOAgent
+
+    model = setting.get("model", "tiny")
+    config = {"vec_mode": "async", "torch_threads": threads, "seed": 0, **setting.get("config", {})}
+    agent = GAGPOAgent(setting["env"], model=model, env_kwargs=setting["env_kwargs"], verbose=0, overlap=overlap,
+                       **config)  # fmt: skip
+    keep = Keep()
+    agent.set_logger(Logger(folder=None, output_formats=[keep]))
+    agent.get_env()  # the worker processes start before the clock
+    t0 = time.perf_counter()
+    agent.learn(10**9, max_iterations=iterations)
+    wall = time.perf_counter() - t0
+    agent.close()
+
+    def total(key: str) -> float:
+        return sum(float(d.get(key, 0.0)) for d in keep.dumps)
+
+    if overlap:
+        rollout_waits = total("time/rollout_wait_s") / wall
+        update_waits = 1 - total("time/update_thread_s") / wall
+    else:
+        rollout_waits = (total("time/recompute_s") + total("time/update_s")) / wall
+        update_waits = total("time/rollout_s") / wall
+    return {"steps_per_s": agent.num_timesteps / wall, "rollout_waits": rollout_waits, "update_waits": update_waits,
+            "wall_s": wall, "steps": agent.num_timesteps}  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--settings", nargs="+", default=["minihouse-small"], choices=sorted(SETTINGS))
+    parser.add_argument("--iterations", type=int, default=6, help="iterations of each learn()")
+    parser.add_argument("--repeats", type=int, default=2, help="learn() runs of each mode, alternating")
+    parser.add_argument("--threads", type=int, default=2, help="torch threads of each mode, all in all")
+    args = parser.parse_args(argv)
+    for name in args.settings:
+        load = os.getloadavg()[0]
+        # (overlap, torch threads): the two modes on one budget, and the sequential loop on one thread beside them
+        # (under CPU contention one OpenMP thread can beat two: that, not the overlap, may be the difference).
+        modes = [(False, args.threads), (True, args.threads)] + ([(False, 1)] if args.threads > 1 else [])
+        runs: dict[tuple[bool, int], list[dict[str, float]]] = {m: [] for m in modes}
+        for _ in range(args.repeats):
+            for overlap, threads in modes:
+                runs[overlap, threads].append(measure(SETTINGS[name], overlap, args.iterations, threads))
+        print(f"{name}: {args.iterations} iterations x {args.repeats} repeats, "
+              f"load {load:.2f} -> {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")  # fmt: skip
+        print(f"  {'mode':<14} {'steps/s':>8} {'rollout waits':>14} {'update waits':>13}  runs (steps/s)")
+        rates = {}
+        for (overlap, threads), results in runs.items():
+            med = {k: statistics.median(r[k] for r in results) for k in results[0]}
+            rates[overlap, threads] = med["steps_per_s"]
+            each = ", ".join(f"{r['steps_per_s']:.1f}" for r in results)
+            mode = f"{'on' if overlap else 'off'}, {threads} thr"
+            print(f"  {mode:<14} {med['steps_per_s']:8.1f} {med['rollout_waits']:14.0%} "
+                  f"{med['update_waits']:13.0%}  {each}")  # fmt: skip
+        print(
+            f"  on / off ({args.threads} threads each): {rates[True, args.threads] / rates[False, args.threads]:.2f}x"
+        )
+        if args.threads > 1:
+            print(f"  on / off on 1 thread: {rates[True, args.threads] / rates[False, 1]:.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
