@@ -529,6 +529,16 @@ def test_a_newer_format_is_refused_and_an_older_one_migrated_explicitly(tmp_path
         for key in MIGRATIONS[1]:
             meta["config"].pop(key)
 
+    def to_format_2(meta: dict) -> None:  # saved before the overlapped update existed
+        meta["format"] = 2
+        for key in MIGRATIONS[2]:
+            meta["config"].pop(key)
+
+    shutil.copytree(tmp_path / "now", tmp_path / "two")
+    rewrite_agent_json(tmp_path / "two", to_format_2)
+    two = GAGPOAgent.load(tmp_path / "two", verbose=0)
+    assert {k: getattr(two.config, k) for k in MIGRATIONS[2]} == MIGRATIONS[2] == {"overlap": False, "max_staleness": 1}
+
     shutil.copytree(tmp_path / "now", tmp_path / "older")
     rewrite_agent_json(tmp_path / "older", to_format_1)
     old = GAGPOAgent.load(tmp_path / "older", verbose=0)
