@@ -365,6 +365,12 @@ def transcript_of(agent: Any, demos: Iterable[Demonstration]) -> Transcript:
     return out
 
 
+def _relative(path: str | Path) -> str:
+    """``path`` relative to the working directory where it lies below it (a record reads the same on any machine)."""
+    path = Path(path).resolve()
+    return str(path.relative_to(Path.cwd())) if path.is_relative_to(Path.cwd()) else str(path)
+
+
 def fresh_tiny(folder: str | Path, demos: Sequence[Any], seed: int, config: dict[str, Any]) -> str:
     """A fresh tiny model whose tokenizer is trained on the demonstrations' text (tasks, observations, admissible
     commands), saved at ``folder`` as a bare prior; returns the folder."""
@@ -453,7 +459,7 @@ def imitate(
         "action_mode": action_mode,
         "env_id": agent.env_id,
         "env_kwargs": agent.env_kwargs,
-        "demonstrations": str(demonstrations),
+        "demonstrations": _relative(demonstrations),  # where the cache was, as the command named it
         "expert": expert,
         "objective": objective,
         "seeds": f"{min(seeds)}..{max(seeds)} ({len(seeds)} tasks)",
