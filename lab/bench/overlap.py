@@ -57,12 +57,15 @@ class Keep(KVWriter):
         pass
 
 
-def measure(setting: dict[str, Any], overlap: bool, iterations: int, threads: int) -> dict[str, float]:
-    """One learn() of ``iterations`` iterations: env steps/s and the shares of wall time each stage waits."""
+def measure(
+    setting: dict[str, Any], overlap: bool, iterations: int, threads: int, sizes: dict[str, int]
+) -> dict[str, float]:
+    """One learn() of ``iterations`` iterations: env steps/s and the shares of wall time each stage waits (``sizes``:
+    the groups and group size, over the setting's)."""
     from agents import GAGPOAgent
 
     model = setting.get("model", "tiny")
-    config = {"vec_mode": "async", "torch_threads": threads, "seed": 0, **setting.get("config", {})}
+    config = {"vec_mode": "async", "torch_threads": threads, "seed": 0, **setting.get("config", {}), **sizes}
     agent = GAGPOAgent(setting["env"], model=model, env_kwargs=setting["env_kwargs"], verbose=0, overlap=overlap,
                        **config)  # fmt: skip
     keep = Keep()
@@ -92,7 +95,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--iterations", type=int, default=6, help="iterations of each learn()")
     parser.add_argument("--repeats", type=int, default=2, help="learn() runs of each mode, alternating")
     parser.add_argument("--threads", type=int, default=2, help="torch threads of each mode, all in all")
+    parser.add_argument("--num-groups", type=int, default=None, help="rollout groups (default: the setting's)")
+    parser.add_argument("--group-size", type=int, default=None, help="episodes per group (default: the setting's)")
     args = parser.parse_args(argv)
+    sizes = {k: v for k, v in (("num_groups", args.num_groups), ("group_size", args.group_size)) if v is not None}
     for name in args.settings:
         load = os.getloadavg()[0]
         # (overlap, torch threads): the two modes on one budget, and the sequential loop on one thread beside them
@@ -101,7 +107,10 @@ def main(argv: list[str] | None = None) -> int:
         runs: dict[tuple[bool, int], list[dict[str, float]]] = {m: [] for m in modes}
         for _ in range(args.repeats):
             for overlap, threads in modes:
-                runs[overlap, threads].append(measure(SETTINGS[name], overlap, args.iterations, threads))
+                result = measure(SETTINGS[name], overlap, args.iterations, threads, sizes)
+                runs[overlap, threads].append(result)
+                print(f"  ({'on' if overlap else 'off'}, {threads} thr: {result['steps']:.0f} steps in "
+                      f"{result['wall_s']:.0f} s, load {os.getloadavg()[0]:.2f})", flush=True)  # fmt: skip
         print(f"{name}: {args.iterations} iterations x {args.repeats} repeats, "
               f"load {load:.2f} -> {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")  # fmt: skip
         print(f"  {'mode':<14} {'steps/s':>8} {'rollout waits':>14} {'update waits':>13}  runs (steps/s)")
