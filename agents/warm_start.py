@@ -225,6 +225,17 @@ def supervised_epochs(
     return losses
 
 
+def save_prior(agent: GAGPOAgent, out: str | Path, record: dict[str, Any]) -> None:
+    """Write the agent's model and tokenizer with ``record`` as ``prior.json`` at ``out``: a prior folder."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    with quiet_hub():
+        agent.policy.model.save_pretrained(out)
+        agent.policy.tokenizer.save_pretrained(out)
+    (out / PRIOR_FILE).write_text(json.dumps(record, indent=2))
+    agent.close()
+
+
 def warm_start(
     env: str,
     out: str | Path,
@@ -310,13 +321,7 @@ def warm_start(
         "collect_s": collect_s,
         "train_s": time.perf_counter() - started - collect_s,
     }
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    with quiet_hub():
-        agent.policy.model.save_pretrained(out)
-        agent.policy.tokenizer.save_pretrained(out)
-    (out / PRIOR_FILE).write_text(json.dumps(record, indent=2))
-    agent.close()
+    save_prior(agent, out, record)
     if verbose:
         print(
             f"warm start: {len(data.actions)} actions from {episodes} {expert} episodes (epsilon {epsilon}, transcript "
@@ -475,7 +480,8 @@ def imitate(
         "parameters": sum(p.numel() for p in agent.policy.core.parameters()),
         "tiny": {"hidden_size": c.tiny_hidden_size, "layers": c.tiny_layers},
         "prompt": {k: getattr(c, k) for k in PROMPT_FIELDS},
-        "fine_tune": {**FINE_TUNE, "action_mode": action_mode},
+        # as the warm start's: a parent prior's fine-tuning additions (the MiniHouse priors' episode term) stay
+        "fine_tune": {**FINE_TUNE, **(read_prior(model) or {}).get("fine_tune", {}), "action_mode": action_mode},
         "train_s": train_s,
     }
     if heldout is not None:
@@ -486,11 +492,5 @@ def imitate(
             "seeds": f"{heldout[0]}..{heldout[-1]}", "greedy_success": m["success_rate"],
             "mean_length": m["mean_length"], "per_type": m["per_type"], "eval_s": time.perf_counter() - t0,
         }  # fmt: skip
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    with quiet_hub():
-        agent.policy.model.save_pretrained(out)
-        agent.policy.tokenizer.save_pretrained(out)
-    (out / PRIOR_FILE).write_text(json.dumps(record, indent=2))
-    agent.close()
+    save_prior(agent, out, record)
     return record
