@@ -171,19 +171,19 @@ def test_a_run_is_refused_on_a_dirty_tree_and_recorded_on_a_clean_one(study: Sim
 def test_the_train_games_a_run_played_come_from_its_own_record(tmp_path: Path):
     """Episodes' task ids are kept by iteration as they end; a replayed iteration replaces its entry."""
     callback = GamesPlayed(tmp_path / "games.json")
-    callback.model = SimpleNamespace(iteration=0)
+    callback.model = SimpleNamespace(iteration=0, num_timesteps=0)
 
     def step(ids: list[str | None], dones: list[bool]) -> None:
         infos = {"task_id": np.array(ids, dtype=object), "_task_id": np.array([i is not None for i in ids])}
         callback.locals = {"infos": infos, "dones": np.array(dones)}
-        callback._on_step()
+        callback.on_step()
 
     for iteration, games in ((0, ("a", "b")), (1, ("b", "c")), (1, ("b", "c"))):  # iteration 1 played twice
         callback.model.iteration = iteration
-        callback._on_rollout_start()
+        callback.on_rollout_start()
         step([games[0], games[0], games[1]], [True, False, False])
         step([None, games[0], games[1]], [False, True, True])
-        callback._on_rollout_end()
+        callback.on_rollout_end()
     games = GamesPlayed(tmp_path / "games.json").games  # what a resumed run reloads
     assert games == {"0": ["a", "a", "b"], "1": ["b", "b", "c"]}
     assert train_games(games) == {"a": 2, "b": 3, "c": 1}
