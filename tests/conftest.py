@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import pytest
 
-# Longest first (serial seconds on a 2-core box, one torch thread: about 230, 215, 165, 150, 120, 90, 85, 60, 45, 40).
+# Longest first (serial seconds on a 2-core box, one torch thread: about 230, 215, 165, 150, then the imitation and
+# overlap files (added before they were timed alone), 120, 90, 85, 60, 45, 40).
 LONG_FILES = (
     "test_alfworld.py",
     "test_smollm2.py",
     "test_recipe_runs.py",
     "test_scripts.py",
+    "test_imitation.py",
+    "test_overlap.py",
     "test_distributed.py",
     "test_sim2real.py",
     "test_agent.py",
