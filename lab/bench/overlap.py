@@ -30,7 +30,9 @@ import statistics
 import time
 from typing import Any
 
-from stable_baselines3.common.logger import KVWriter, Logger
+from stable_baselines3.common.logger import Logger
+
+from lab.recorder import Recorder
 
 SETTINGS: dict[str, dict[str, Any]] = {
     "minihouse-small": {"env": "gagpo_gym/MiniHouse-v0", "env_kwargs": {"size": "small"}},
@@ -44,19 +46,6 @@ SETTINGS: dict[str, dict[str, Any]] = {
 }
 
 
-class Keep(KVWriter):
-    """Every dump of the logger: the per-iteration times."""
-
-    def __init__(self) -> None:
-        self.dumps: list[dict[str, Any]] = []
-
-    def write(self, key_values: dict[str, Any], key_excluded: dict, step: int = 0) -> None:
-        self.dumps.append(dict(key_values))
-
-    def close(self) -> None:
-        pass
-
-
 def measure(
     setting: dict[str, Any], overlap: bool, iterations: int, threads: int, sizes: dict[str, int]
 ) -> dict[str, float]:
@@ -68,7 +57,7 @@ def measure(
     config = {"vec_mode": "async", "torch_threads": threads, "seed": 0, **setting.get("config", {}), **sizes}
     agent = GAGPOAgent(setting["env"], model=model, env_kwargs=setting["env_kwargs"], verbose=0, overlap=overlap,
                        **config)  # fmt: skip
-    keep = Keep()
+    keep = Recorder()
     agent.set_logger(Logger(folder=None, output_formats=[keep]))
     agent.get_env()  # the worker processes start before the clock
     t0 = time.perf_counter()
@@ -77,7 +66,7 @@ def measure(
     agent.close()
 
     def total(key: str) -> float:
-        return sum(float(d.get(key, 0.0)) for d in keep.dumps)
+        return sum(float(d.get(key, 0.0)) for d in keep.rows)
 
     if overlap:
         rollout_waits = total("time/rollout_wait_s") / wall
