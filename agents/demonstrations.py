@@ -50,6 +50,19 @@ class Demonstration:
     def from_dict(cls, data: dict[str, Any]) -> Demonstration:
         return cls(**data)
 
+    @classmethod
+    def begin(cls, seed: int, info: dict[str, Any]) -> Demonstration:
+        """An empty episode of task ``seed`` from its reset info."""
+        return cls(seed, info.get("task", ""), str(info.get("task_id", "")), str(info.get("task_type", "")))
+
+    def record(self, obs: str, admissible: list[str], label: str, played: str, env: Any) -> None:
+        """One step: what ``env`` (the unwrapped env, asked for its expert) showed, advised and what was played."""
+        self.observations.append(obs)
+        self.admissible.append(admissible)
+        self.labels.append(label)
+        self.played.append(played)
+        self.advised.append(not getattr(env, "expert_gave_up", False))
+
 
 def cache_folder(root: str | os.PathLike, env_id: str, env_kwargs: dict[str, Any], source: str) -> Path:
     """``root/<env id>-<hash of its kwargs>/<source>``: one folder per env as played and per way of playing."""
@@ -82,17 +95,13 @@ def play_expert(env: Any, seed: int, expert: str | None, epsilon: float = 0.0) -
     ask = {} if expert is None else {"kind": expert}
     obs, info = env.reset(seed=seed)
     base = env.unwrapped
-    demo = Demonstration(seed, info.get("task", ""), str(info.get("task_id", "")), str(info.get("task_type", "")))
+    demo = Demonstration.begin(seed, info)
     done = False
     while not done:
         admissible = list(info.get("admissible_actions", []))
         label = base.expert_action(**ask)
         action = admissible[int(rng.integers(len(admissible)))] if rng.random() < epsilon and admissible else label
-        demo.observations.append(obs)
-        demo.admissible.append(admissible)
-        demo.labels.append(label)
-        demo.played.append(action)
-        demo.advised.append(not getattr(base, "expert_gave_up", False))
+        demo.record(obs, admissible, label, action, base)
         obs, _, terminated, truncated, info = env.step(action)
         done = terminated or truncated
     demo.won = bool(info.get("won", False))
@@ -190,9 +199,7 @@ def policy_demonstrations(
                 o, i = env.reset(seed=seed)
                 obs.append(o)
                 infos.append(i)
-                demos.append(
-                    Demonstration(seed, i.get("task", ""), str(i.get("task_id", "")), str(i.get("task_type", "")))
-                )
+                demos.append(Demonstration.begin(seed, i))
                 states.append(None)
                 done.append(False)
             rng = np.random.default_rng([chunk[0], 104729])
@@ -206,11 +213,7 @@ def policy_demonstrations(
                     env, demo = envs[j], demos[j]
                     label = env.unwrapped.expert_action(**ask)
                     play = label if rng.random() < beta else action
-                    demo.observations.append(obs[j])
-                    demo.admissible.append(list(infos[j].get("admissible_actions", [])))
-                    demo.labels.append(label)
-                    demo.played.append(play)
-                    demo.advised.append(not getattr(env.unwrapped, "expert_gave_up", False))
+                    demo.record(obs[j], list(infos[j].get("admissible_actions", [])), label, play, env.unwrapped)
                     if state:
                         state[-1][1] = play  # the history holds what was played
                     states[j] = state

@@ -336,11 +336,12 @@ def step_prompts(agent: Any, demo: Demonstration) -> list[list[int]]:
     last ``history_length`` (observation, played command) pairs, the memory of every observation so far."""
     c = agent.config
     k = c.history_length
+    places = PlaceMemory()  # folded one observation a step, as the Memory wrapper does
     prompts = []
     for t, obs in enumerate(demo.observations):
-        pairs = [[o, a] for o, a in zip(demo.observations[:t], demo.played[:t])]
-        history = pairs[-k:] if k else []
-        memory = PlaceMemory.of(demo.observations[: t + 1]).render() if c.memory else ""
+        history = [[o, a] for o, a in zip(demo.observations[max(0, t - k) : t], demo.played[max(0, t - k) : t])]
+        places.observe(obs)
+        memory = places.render() if c.memory else ""
         info = {"task": demo.task, "admissible_actions": demo.admissible[t]}
         prompts.append(agent.prompts.for_step(obs, info, history, memory, t))
     return prompts
@@ -430,6 +431,8 @@ def imitate(
         raise ValueError("epochs, batch_size and dagger_episodes must be >= 1, dagger_rounds >= 0")
     if heldout is not None and set(heldout) & set(seeds):
         raise ValueError("the held-out seeds must not be training seeds")
+    if heldout is not None and list(heldout) != list(range(heldout[0], heldout[0] + len(heldout))):
+        raise ValueError("the held-out seeds must be consecutive: a panel is seeds start..start+n-1")
     started = time.perf_counter()
     demos = read_demonstrations(demonstrations, seeds)
     config = {"choose_score": FINE_TUNE["choose_score"], **config}

@@ -120,6 +120,8 @@ def test_imitation_then_dagger_writes_a_prior_an_agent_fine_tunes(tmp_path):
     agent.learn(8)
     with pytest.raises(ValueError, match="held-out"):
         imitate(HOUSE, tmp_path / "x", folder, range(12), env_kwargs=SMALL_HOUSE, heldout=range(10, 14), **AGENT)
+    with pytest.raises(ValueError, match="consecutive"):  # a panel is start..start+n-1, not any seeds
+        imitate(HOUSE, tmp_path / "x", folder, range(12), env_kwargs=SMALL_HOUSE, heldout=[100, 102], **AGENT)
 
 
 def test_dagger_labels_the_states_the_policy_reached():
