@@ -452,6 +452,20 @@ def g2po_advantages(
     return episode_term + step_coef * (node_term + edge_term)
 
 
+def self_imitation_advantages(episode_index, success, *, penalties=None) -> np.ndarray:
+    """Iterated self-imitation (filtered behaviour cloning; LM-BUTLER's IAM): 1 on every step of an episode that
+    reached the goal, 0 elsewhere, and 0 on a step that drew the invalid-action penalty.
+
+    No baseline and no negative credit: at ratio 1 the clipped loss's gradient is that of the log-likelihood of the
+    successful episodes' actions, so each iteration clones the agent's own successes (the RL-free control every
+    reviewer asks for). Episodes stand alone: a group of one learns as well as a group of eight.
+    """
+    ep = np.asarray(episode_index, dtype=np.int64)
+    won = _final_flags(success, ep, "success")
+    episode_won = backward_scan(won.astype(np.float64), 1.0, ep) > 0  # only a final row can hold it: carry it back
+    return np.where(episode_won & (_penalties(penalties, ep.size) == 0), 1.0, 0.0)
+
+
 def step_group_stats(
     group_index, state_keys, *, backoff_keys: Sequence = (), backoff_min_count: int = 2
 ) -> dict[str, float | list[float]]:
@@ -611,6 +625,11 @@ REGISTRY: dict[str, Estimator] = {
             "G2PO (2026): the value of each state's group, its successor's value and the value gain",
             inputs=(*_STEP, "success", "penalties"),
             config={"gamma": "gamma", "std_norm": "g2po_std_norm", "step_coef": "omega", "eps": "adv_eps"},
+        ),
+        Estimator(
+            "self_imitation", self_imitation_advantages,
+            "Self-imitation (filtered BC, RL-free): 1 on each step of a successful episode, 0 elsewhere",
+            inputs=("episode_index", "success", "penalties"),
         ),
     )
 }  # fmt: skip

@@ -221,9 +221,20 @@ class GroupRolloutBuffer:
             "last_values": np.array([r.next_value for r in rows]),
         }
 
+    def credit_under(self, config: GAGPOConfig) -> np.ndarray:
+        """The advantages ``config``'s estimator gives these rows, group by group as it computes them (before any
+        batch normalisation or rescaling), in row order: how another estimator would credit this same rollout."""
+        other = GroupRolloutBuffer(config)
+        position = {id(r): i for i, r in enumerate(self.rows)}
+        out = np.zeros(len(self.rows))
+        for group in self.finished_groups:
+            rows = self._group_rows(group)
+            out[[position[id(r)] for r in rows]] = other._estimate(rows)[0]
+        return out
+
     def finalize(self, reduce: Callable[[list[float]], np.ndarray] | None = None) -> None:
-        """Apply batch-level normalisation (estimators whose entry is ``batch_normalized``: GAGPO with
-        normalize="batch", the PPO baseline).
+        """Apply what needs the whole batch: normalisation for the estimators whose entry is ``batch_normalized``
+        (GAGPO with normalize="batch", the PPO baseline), then ``advantage_scale="unit"``'s rescaling.
 
         ``reduce`` sums a few numbers over the ranks of a distributed run, so that the batch is every rank's rows.
         Groups zeroed by ``zero_failed_groups`` stay exactly 0: they are left out of the batch's mean and std (as
@@ -232,13 +243,35 @@ class GroupRolloutBuffer:
         if not self.complete:
             raise RuntimeError("finalize() called while episodes are still running")
         c = self.config
-        spec = c.estimator_spec
-        if not spec.batch_normalized(c):
-            return
         zeroed = (
             {g for g in self.finished_groups if self._zeroed(self._group_rows(g))} if c.zero_failed_groups else set()
         )
         kept = np.array([r.group not in zeroed for r in self.rows], dtype=bool)
+        if c.estimator_spec.batch_normalized(c):
+            self._batch_normalize(kept, zeroed, reduce)
+        if c.advantage_scale == "unit":
+            self._rescale(kept, reduce)
+
+    def _rescale(self, kept: np.ndarray, reduce: Callable[[list[float]], np.ndarray] | None) -> None:
+        """Divide every advantage by the root mean square over the batch's kept rows (``advantage_scale="unit"``).
+
+        Estimators differ in scale (G2PO sums three standardised terms, GiGPO two, GRPO one), and at one learning
+        rate a wider advantage is a larger step: with one scale, a difference between estimators is their credit's,
+        not their step size's. Signs and ratios inside the batch are kept; a batch of zeros stays zero.
+        """
+        a = self.advantages()
+        n, squares = (reduce or np.asarray)([float(kept.sum()), float(np.square(a[kept]).sum())])
+        rms = float(np.sqrt(squares / n)) if n > 0 else 0.0
+        if rms > 0.0:
+            for r, ai in zip(self.rows, a / rms):
+                r.advantage = float(ai)
+
+    def _batch_normalize(
+        self, kept: np.ndarray, zeroed: set[int], reduce: Callable[[list[float]], np.ndarray] | None
+    ) -> None:
+        """Standardise over the batch's kept rows (the whole batch across ranks with ``reduce``); see finalize."""
+        c = self.config
+        spec = c.estimator_spec
         a = self.advantages()
         out = np.zeros_like(a)
         if reduce is None:
@@ -256,9 +289,9 @@ class GroupRolloutBuffer:
         if coef:
             # As gagpo_advantages adds it: episode_coef * GRPO advantage, after normalisation.
             for group in self.finished_groups:
-                rows = self._group_rows(group)
-                if self._zeroed(rows):
+                if group in zeroed:
                     continue
+                rows = self._group_rows(group)
                 rewards = np.array([r.reward for r in rows], dtype=np.float64)
                 episodes = np.array([r.episode for r in rows], dtype=np.int64)
                 grpo = adv.grpo_advantages(rewards, episodes, np.zeros(len(rows), dtype=np.int64), eps=c.adv_eps)

@@ -54,6 +54,10 @@ class GAGPOConfig:
     omega: float = field(default=1.0, metadata={"help": "GiGPO, GraphGPO and G2PO: weight of the step-level term"})
     gigpo_std_norm: bool = field(default=True, metadata={"help": "GiGPO: divide by the std (GRPO-style) in both terms"})
     adv_eps: float = field(default=1e-6, metadata={"help": "epsilon added to the std in every normalisation"})
+    advantage_scale: str = field(
+        default="estimator",
+        metadata={"help": "estimator (as it computes them) | unit (the batch's advantages divided by their RMS)"},
+    )
     zero_failed_groups: bool = field(
         default=False, metadata={"help": "zero the advantages of groups in which no episode succeeded"}
     )
@@ -334,6 +338,10 @@ class GAGPOConfig:
             f"normalize must be group|batch|none, got {self.normalize!r}",
         )
         check(self.adv_eps > 0, "adv_eps must be > 0")
+        check(
+            self.advantage_scale in ("estimator", "unit"),
+            f"advantage_scale must be estimator|unit, got {self.advantage_scale!r}",
+        )
         try:
             parse_key_spec(self.state_key)
         except ValueError as err:

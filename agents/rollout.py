@@ -363,6 +363,7 @@ class RolloutCollector:
             record("advantage/share_abs_gt_1", float(np.mean(np.abs(a) > 1)))
             sets = self.buffer.key_stats()
             record("advantage/singleton_share", sets["singleton_row_share"])
+            record("advantage/singleton_set_share", sets["singleton_set_share"])
             record("advantage/set_size_mean", sets["set_size_mean"])
             record("advantage/set_size_max", sets["set_size_max"])
             for level, share in enumerate(sets["level_shares"]):

@@ -10,6 +10,7 @@ its record says so (:func:`start_run`, :func:`registration_problems`).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import json
 import re
@@ -18,6 +19,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import yaml
 from stable_baselines3.common.callbacks import BaseCallback
 
@@ -323,6 +325,38 @@ class GamesPlayed(BaseCallback):
     def _on_rollout_end(self) -> None:
         self.games[str(self.model.iteration)] = sorted(self.current)
         atomic_write_text(self.path, json.dumps(self.games, indent=0, sort_keys=True) + "\n")
+
+
+class CreditAgreement(BaseCallback):
+    """Logs each iteration how other estimators would credit the run's own rollout, against ``reference``'s credit
+    of it (GAGPO's): the correlation and the share of actions given the same sign, over every action and over the
+    actions of failed episodes (``agreement/<name>/...``). Each estimator's per-group advantages, before any batch
+    step, with the run's own settings: where the estimators differ on the data each arm trains on."""
+
+    def __init__(self, others: list[str], reference: str = "gagpo") -> None:
+        super().__init__(verbose=0)
+        self.others, self.reference = list(others), reference
+
+    def _on_step(self) -> bool:
+        return True
+
+    def _on_rollout_end(self) -> None:
+        buffer, config = self.model.buffer, self.model.config
+        if len(buffer) < 2:
+            return
+        credit = {name: buffer.credit_under(dataclasses.replace(config, estimator=name))
+                  for name in (self.reference, *self.others)}  # fmt: skip
+        won = {(r.group, r.episode) for r in buffer.rows if r.done and r.won}
+        failed = np.array([(r.group, r.episode) not in won for r in buffer.rows])
+        ref = credit[self.reference]
+        for name in self.others:
+            for rows, mask in (("all", np.ones_like(failed)), ("failed", failed)):
+                a, b = ref[mask], credit[name][mask]
+                if a.size < 2:
+                    continue
+                corr = float(np.corrcoef(a, b)[0, 1]) if a.std() > 0 and b.std() > 0 else float("nan")
+                self.logger.record(f"agreement/{name}/{rows}_corr", corr)
+                self.logger.record(f"agreement/{name}/{rows}_same_sign", float(np.mean(np.sign(a) == np.sign(b))))
 
 
 def train_games(games: dict[str, list[str]]) -> dict[str, int]:

@@ -99,10 +99,11 @@ def test_the_settings_of_the_rivals_and_gagpo_come_from_their_fields():
 
 
 def test_the_flags_say_what_each_estimator_needs():
-    assert tuple(REGISTRY) == ESTIMATORS == ("gagpo", "gigpo", "grpo", "rloo", "ppo", "hgpo", "graphgpo", "g2po")
+    assert tuple(REGISTRY) == ESTIMATORS
+    assert ESTIMATORS == ("gagpo", "gigpo", "grpo", "rloo", "ppo", "hgpo", "graphgpo", "g2po", "self_imitation")
     assert {n for n, e in REGISTRY.items() if e.needs_group} == {"grpo", "rloo"}
     assert {n for n, e in REGISTRY.items() if e.needs_critic} == {"ppo"}
-    assert {n for n, e in REGISTRY.items() if e.needs_success} == {"graphgpo", "g2po"}
+    assert {n for n, e in REGISTRY.items() if e.needs_success} == {"graphgpo", "g2po", "self_imitation"}
     assert CONFIG_FIELDS["estimator"].metadata["help"] == " | ".join(REGISTRY)
 
 

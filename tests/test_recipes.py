@@ -24,7 +24,10 @@ RECIPES = recipes.recipe_names()
 # run replaces: one per estimator, + LoRA.
 ALFWORLD = [name for name in RECIPES if name.startswith("alfworld-") and not name.endswith("-7b")]
 # The estimators with a recipe on each env (test_recipes_cover_both_envs_every_estimator_and_both_sizes says why).
-ON_ENV = {"alfworld": ESTIMATORS, "minishop": ("gagpo", "gigpo", "grpo", "rloo", "ppo")}
+# Self-imitation is the RL-free control, with no published GPU run to cite: any recipe trains it with
+# --estimator self_imitation.
+ON_ENV = {"alfworld": tuple(e for e in ESTIMATORS if e != "self_imitation"),
+          "minishop": ("gagpo", "gigpo", "grpo", "rloo", "ppo")}  # fmt: skip
 # Iterations: verl-agent's 150, or the count a rival's own ALFWorld script trains for.
 ITERATIONS = {"hgpo": 160, "g2po": 100}
 ENVS = ("gagpo_gym/ALFWorld-v0", "gagpo_gym/MiniShop-v0")

@@ -33,6 +33,8 @@ import json
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from statistics import NormalDist
 from typing import Any
@@ -50,6 +52,7 @@ from lab.reporting import bootstrap_difference, bootstrap_ratio
 from lab.study import (
     GAMES,
     ROOT,
+    CreditAgreement,
     GamesPlayed,
     add_allow_dirty,
     load_legacy_settings,
@@ -58,6 +61,7 @@ from lab.study import (
     read_starts,
     record_start,
     run_rows,
+    shown,
     start_run,
     study_parser,
     write_record,
@@ -68,6 +72,32 @@ OUT = ROOT / "results" / "alfworld"
 PREREGISTRATION = OUT / "preregistration.md"
 WORK = ROOT / "runs" / "alfworld"
 PRIOR_ARM = "prior"
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where a study of this runner's shape keeps things: this one (#49) and the ones that reuse its runs."""
+
+    module: str  # the runner ``all`` starts its subprocesses with (``python -m <module>``)
+    settings: Path
+    out: Path  # results/<study>: the pre-registration, runs/<name>/ (records, curves, evaluations), the report
+    work: Path  # ignored: checkpoints (a stopped run resumes), the prior's copy
+    # Committed final agents go to results/agents/<prefix><name>; None keeps them in work/<name>/final (a study
+    # whose agents results/ has no room for: run.json and the evaluations say what they did).
+    agents_prefix: str | None = None
+
+    @property
+    def preregistration(self) -> Path:
+        return self.out / "preregistration.md"
+
+    def final_agent(self, name: str) -> Path:
+        if self.agents_prefix is None:
+            return self.work / name / "final"
+        return ROOT / "results" / "agents" / f"{self.agents_prefix}{name}"
+
+
+#: This study (#49): settings registered before the protocol, final agents committed beside the others.
+LAYOUT = Layout(__name__, SETTINGS, OUT, WORK, agents_prefix="alfworld-")
 
 
 def load_settings(check: bool = True) -> dict[str, Any]:
@@ -86,7 +116,8 @@ def run_name(arm: str, seed: int) -> str:
 
 def arm_names(settings: dict[str, Any], include_extra: bool = True) -> list[str]:
     """Every arm in the pre-registered order: the primary ones, the variant ones, then the extra ones."""
-    return [*settings["arms"], *settings.get("variant_arms", {}), *(settings["extra_arms"] if include_extra else [])]
+    extra = settings.get("extra_arms", []) if include_extra else []
+    return [*settings["arms"], *settings.get("variant_arms", {}), *extra]
 
 
 def arm_spec(settings: dict[str, Any], arm: str) -> dict[str, Any]:
@@ -103,18 +134,20 @@ def arm_spec(settings: dict[str, Any], arm: str) -> dict[str, Any]:
 
 
 def final_agent(name: str) -> Path:
-    """Where a run's final agent is kept: with the other committed agents (``results/agents/``)."""
-    return ROOT / "results" / "agents" / f"alfworld-{name}"
+    """Where a run's final agent of this study is kept: with the other committed agents (``results/agents/``)."""
+    return LAYOUT.final_agent(name)
 
 
-def train(settings: dict[str, Any], arm: str, seed: int, registration: dict[str, Any]) -> Path:
+def train(settings: dict[str, Any], arm: str, seed: int, registration: dict[str, Any], layout: Layout = LAYOUT) -> Path:
     """Train one run to its budget, one iteration per ``learn`` call with a checkpoint after each (resumable);
-    ``registration`` (:func:`lab.study.start_run`) goes beside its record. Returns the final agent's folder."""
+    ``registration`` (:func:`lab.study.start_run`) goes beside its record. Returns the final agent's folder. With
+    ``analysis.agreement`` in the settings, each iteration also logs how the run's own rollout would have been
+    credited by those estimators (:class:`lab.study.CreditAgreement`)."""
     from agents import GAGPOAgent
 
     name = run_name(arm, seed)
-    out = OUT / "runs" / name
-    checkpoint, final = WORK / name / "checkpoint", final_agent(name)
+    out = layout.out / "runs" / name
+    checkpoint, final = layout.work / name / "checkpoint", layout.final_agent(name)
     out.mkdir(parents=True, exist_ok=True)
     curve = out / "curve.jsonl"
     if (final / "agent.json").is_file():
@@ -134,12 +167,14 @@ def train(settings: dict[str, Any], arm: str, seed: int, registration: dict[str,
         curve.unlink(missing_ok=True)
         (out / GAMES).unlink(missing_ok=True)
     record_start(out, registration, fresh=not (checkpoint / "agent.json").is_file())
-    games = GamesPlayed(out / GAMES)
+    callbacks: list[Any] = [GamesPlayed(out / GAMES)]
+    if settings.get("analysis", {}).get("agreement"):
+        callbacks.append(CreditAgreement(settings["analysis"]["agreement"]))
     agent.set_logger(Logger(folder=None, output_formats=[Recorder(curve)]))  # the curve survives a stop
     budget = int(settings["total_timesteps"])
     while agent.num_timesteps < budget:
         t0 = time.perf_counter()
-        agent.learn(budget - agent.num_timesteps, callback=games, reset_num_timesteps=False, max_iterations=1)
+        agent.learn(budget - agent.num_timesteps, callback=callbacks, reset_num_timesteps=False, max_iterations=1)
         agent.save(checkpoint)
         last = read_curve(curve)[-1]
         print(f"{name}: {agent.num_timesteps} steps, train success {last.get('rollout/success_rate', 0):.3f}, "
@@ -151,25 +186,32 @@ def train(settings: dict[str, Any], arm: str, seed: int, registration: dict[str,
     return final
 
 
-def evaluate(settings: dict[str, Any], arm: str, seed: int, registration: dict[str, Any], workers: int = 0) -> Path:
+def evaluate(
+    settings: dict[str, Any],
+    arm: str,
+    seed: int,
+    registration: dict[str, Any],
+    workers: int = 0,
+    layout: Layout = LAYOUT,
+) -> Path:
     """Every game of both evaluation splits, once per protocol, by the run's final agent (the prior for
     ``--arm prior``); episodes into ``eval.json``, written after each (split, protocol) so a stop loses little.
     ``registration`` joins the run's ``starts.jsonl``: the evaluating process is one of the run's."""
     from agents import GAGPOAgent
 
     name = run_name(arm, seed)
-    out = OUT / "runs" / name
+    out = layout.out / "runs" / name
     out.mkdir(parents=True, exist_ok=True)
     path = out / "eval.json"
     done = read_json(path, {})
     record_start(out, registration)
     if arm == PRIOR_ARM:
-        source = WORK / PRIOR_ARM / "agent"
+        source = layout.work / PRIOR_ARM / "agent"
         if not (source / "agent.json").is_file():
             GAGPOAgent(settings["env_id"], model=str(ROOT / settings["prior"]), verbose=0, seed=0,
                        **settings["agent"]).save(source)  # fmt: skip
     else:
-        source = final_agent(name)
+        source = layout.final_agent(name)
         if not (source / "agent.json").is_file():
             fail(f"{name} has no final agent yet: run `train --arm {arm} --seed {seed}` first")
     ev = settings["evaluation"]
@@ -197,12 +239,14 @@ def evaluate(settings: dict[str, Any], arm: str, seed: int, registration: dict[s
     return path
 
 
-def pending(settings: dict[str, Any], include_extra: bool) -> list[tuple[str, str, int]]:
+def pending(settings: dict[str, Any], include_extra: bool, layout: Layout = LAYOUT) -> list[tuple[str, str, int]]:
     """(what, arm, seed) still to do, in the pre-registered order: the prior's row first, then the primary arms seed
-    by seed, arm by arm; then the same for the variant arms, then for the extra ones (``include_extra``)."""
-    tiers = [settings["arms"], list(settings.get("variant_arms", {})), settings["extra_arms"] if include_extra else []]
+    by seed, arm by arm; then the same for the variant arms, then for the extra ones (``include_extra``). A run is
+    trained once its ``run.json`` is written (the last thing its training does)."""
+    extra = settings.get("extra_arms", []) if include_extra else []
+    tiers = [settings["arms"], list(settings.get("variant_arms", {})), extra]
     todo: list[tuple[str, str, int]] = []
-    evals = OUT / "runs" / PRIOR_ARM / "eval.json"
+    evals = layout.out / "runs" / PRIOR_ARM / "eval.json"
     n_keys = len(settings["evaluation"]["protocols"]) * len(settings["evaluation"]["splits"])
     if not evals.is_file() or len(json.loads(evals.read_text())) < n_keys:
         todo.append(("evaluate", PRIOR_ARM, 0))
@@ -210,17 +254,19 @@ def pending(settings: dict[str, Any], include_extra: bool) -> list[tuple[str, st
         for seed in settings["seeds"]:
             for arm in [a for a in arms if seed in arm_spec(settings, a)["seeds"]]:
                 name = run_name(arm, seed)
-                if not (final_agent(name) / "agent.json").is_file():
+                if not (layout.out / "runs" / name / "run.json").is_file():
                     todo.append(("train", arm, seed))
-                evals = OUT / "runs" / name / "eval.json"
+                evals = layout.out / "runs" / name / "eval.json"
                 if not evals.is_file() or len(json.loads(evals.read_text())) < n_keys:
                     todo.append(("evaluate", arm, seed))
     return todo
 
 
-def run_all(settings: dict[str, Any], jobs: int, include_extra: bool, allow_dirty: bool = False) -> None:
+def run_all(
+    settings: dict[str, Any], jobs: int, include_extra: bool, allow_dirty: bool = False, layout: Layout = LAYOUT
+) -> None:
     """Every pending step, ``jobs`` subprocesses at a time; a run's evaluation waits for its training."""
-    todo = pending(settings, include_extra)
+    todo = pending(settings, include_extra, layout)
     running: dict[tuple[str, int], subprocess.Popen] = {}
     while todo or running:
         for key, proc in list(running.items()):
@@ -236,7 +282,7 @@ def run_all(settings: dict[str, Any], jobs: int, include_extra: bool, allow_dirt
             if (arm, seed) in busy or (what == "evaluate" and ("train", arm, seed) in todo):
                 continue
             todo.remove(step)
-            cmd = [sys.executable, "-m", __spec__.name, what, "--arm", arm, "--seed", str(seed),
+            cmd = [sys.executable, "-m", layout.module, what, "--arm", arm, "--seed", str(seed),
                    *(["--allow-dirty"] if allow_dirty else [])]  # fmt: skip
             running[(arm, seed)] = subprocess.Popen(cmd, cwd=ROOT)
             busy.add((arm, seed))
@@ -244,18 +290,20 @@ def run_all(settings: dict[str, Any], jobs: int, include_extra: bool, allow_dirt
 
 
 # ----- the report -----------------------------------------------------------------------------------------------
-def collect(settings: dict[str, Any]) -> dict[str, Any]:
-    """Every run's curve, record and evaluations that exist, by run name; arms in the settings' order."""
+def collect(settings: dict[str, Any], out: Path | None = None) -> dict[str, Any]:
+    """Every run's curve, record and evaluations that exist under ``out`` (this study's folder by default), by run
+    name; arms in the settings' order."""
+    out = out or OUT
     runs: dict[str, dict[str, Any]] = {}
     for arm in arm_names(settings):
         for seed in arm_spec(settings, arm)["seeds"]:
-            folder = OUT / "runs" / run_name(arm, seed)
+            folder = out / "runs" / run_name(arm, seed)
             if read_curve(folder / "curve.jsonl") or (folder / "eval.json").is_file():
                 runs[run_name(arm, seed)] = {
                     "arm": arm, "seed": seed, "curve": read_curve(folder / "curve.jsonl"),
                     "record": read_json(folder / "run.json", None), "eval": read_json(folder / "eval.json", {}),
                 }  # fmt: skip
-    return {"runs": runs, "prior": read_json(OUT / "runs" / PRIOR_ARM / "eval.json", {})}
+    return {"runs": runs, "prior": read_json(out / "runs" / PRIOR_ARM / "eval.json", {})}
 
 
 def pct(x: float | None) -> str:
@@ -493,11 +541,17 @@ def write_report(settings: dict[str, Any]) -> Path:
     return path
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(
+    argv: list[str] | None = None,
+    layout: Layout = LAYOUT,
+    report: Callable[[dict[str, Any]], Path] | None = None,
+    description: str = __doc__.split("\n")[0],
+) -> int:
+    """The command line of this study, or (``layout``, ``report``) of a study run the same way."""
     parser, commands = study_parser(
-        __doc__.split("\n")[0],
+        description,
         {"train": "one run; resumes from its last iteration", "evaluate": "a final agent on both splits",
-         "all": "every pending run and evaluation", "report": "write results/alfworld/report.md from the runs"},
+         "all": "every pending run and evaluation", "report": f"write {shown(layout.out)}/report.md from the runs"},
     )  # fmt: skip
     for command in ("train", "evaluate"):
         p = commands[command]
@@ -515,7 +569,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--extra", action="store_true", help="also the extra arms (after the primary and variant ones)")
     add_allow_dirty(p)
     args = parser.parse_args(argv)
-    settings = load_settings()
+    if layout == LAYOUT:
+        settings = load_settings()
+    else:  # the protocol's check comes with start_run; status and report read the file as it is
+        from lab.study import load_settings as read_unchecked
+
+        settings = read_unchecked(layout.settings)
     if args.command in ("train", "evaluate"):
         known = (*arm_names(settings), *((PRIOR_ARM,) if args.command == "evaluate" else ()))
         if args.arm not in known:
@@ -525,19 +584,19 @@ def main(argv: list[str] | None = None) -> int:
             fail(f"--seed must be one of {seeds} for {args.arm}, got {args.seed}")
     if args.command == "status":
         print(json.dumps(settings, indent=1))
-        for step in pending(settings, include_extra=True):
+        for step in pending(settings, include_extra=True, layout=layout):
             print("pending:", *step)
     elif args.command in ("train", "evaluate", "all"):
         # the protocol: a clean tree and a committed pre-registration naming these settings as current, or exit
-        registration = start_run(settings, PREREGISTRATION, allow_dirty=args.allow_dirty, stage=args.command)
+        registration = start_run(settings, layout.preregistration, allow_dirty=args.allow_dirty, stage=args.command)
         if args.command == "train":
-            train(settings, args.arm, args.seed, registration)
+            train(settings, args.arm, args.seed, registration, layout)
         elif args.command == "evaluate":
-            evaluate(settings, args.arm, args.seed, registration, args.workers)
+            evaluate(settings, args.arm, args.seed, registration, args.workers, layout)
         else:
-            run_all(settings, args.jobs, args.extra, args.allow_dirty)
+            run_all(settings, args.jobs, args.extra, args.allow_dirty, layout)
     else:
-        write_report(settings)
+        (report or write_report)(settings)
     return 0
 
 
