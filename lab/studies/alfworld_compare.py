@@ -97,7 +97,7 @@ class Layout:
 
 
 #: This study (#49): settings registered before the protocol, final agents committed beside the others.
-LAYOUT = Layout(__name__, SETTINGS, OUT, WORK, agents_prefix="alfworld-")
+LAYOUT = Layout(__spec__.name, SETTINGS, OUT, WORK, agents_prefix="alfworld-")
 
 
 def load_settings(check: bool = True) -> dict[str, Any]:

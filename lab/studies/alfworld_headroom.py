@@ -29,7 +29,7 @@ from lab.studies import alfworld_compare as runner
 from lab.study import ROOT, read_json, train_games
 
 LAYOUT = runner.Layout(
-    __name__,
+    __spec__.name,  # as imported, also under ``python -m`` (where __name__ is "__main__")
     Path(__file__).resolve().parent / "alfworld-headroom.yaml",
     ROOT / "results" / "alfworld-headroom",
     ROOT / "runs" / "alfworld-headroom",
