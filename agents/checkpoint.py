@@ -51,7 +51,7 @@ TEMPLATE_FILE = "prompt_template.txt"
 OPTIMIZER_FILE = "optimizer.pt"
 #: The format of the files a save writes, in ``agent.json``'s ``format``; a folder without one is format 1.
 #: Adding a GAGPOConfig field bumps it and gives the field's value for the older formats in :data:`MIGRATIONS`.
-FORMAT = 4
+FORMAT = 5
 #: For each format, the hyperparameters its files lack and the values that play as those files were trained (the
 #: behaviour before each field existed); a field missing with no migration is refused, never given today's default.
 MIGRATIONS: dict[int, dict[str, Any]] = {
@@ -75,6 +75,8 @@ MIGRATIONS: dict[int, dict[str, Any]] = {
     2: {"overlap": False, "max_staleness": 1},
     # Format 4 added the advantage rescaling (docs/algorithm.md): an older agent trained on the estimator's scale.
     3: {"advantage_scale": "estimator"},
+    # Format 5 added the pipelined rollout (docs/overlap.md): an older agent stepped every sub-env at once.
+    4: {"pipeline": False},
 }
 #: The keys every ``agent.json`` holds, whatever its format.
 REQUIRED_KEYS = ("config", "model_source", "env_id", "env_kwargs", "num_timesteps", "iteration", "numpy_rng")

@@ -35,6 +35,13 @@ class GAGPOConfig:
     num_groups: int = field(default=4, metadata={"help": "rollout groups (tasks) per iteration"})
     group_size: int = field(default=8, metadata={"help": "episodes per group, all on the same task"})
     vec_mode: str = field(default="sync", metadata={"help": '"sync" or "async" (worker processes)'})
+    pipeline: bool = field(
+        default=False,
+        metadata={
+            "help": "step half of the sub-envs in their workers while the policy acts for the other half "
+            "(vec_mode async; same actions and episodes as without)"
+        },
+    )
     task_pool: int = field(
         default=0,
         metadata={"help": "train on task seeds 0 .. task_pool - 1 (0: any seed, i.e. a fresh task almost every time)"},
@@ -328,6 +335,10 @@ class GAGPOConfig:
         )
         check(self.seed >= 0, f"seed must be >= 0 (numpy's generators take no negative seed), got {self.seed}")
         check(self.vec_mode in ("sync", "async"), f"vec_mode must be 'sync' or 'async', got {self.vec_mode!r}")
+        check(
+            not self.pipeline or self.vec_mode == "async",
+            "pipeline needs vec_mode='async': a lane steps in worker processes while the policy acts for the other",
+        )
         check(self.task_pool >= 0, f"task_pool must be >= 0, got {self.task_pool}")
         check(self.max_extra_rounds >= 0, f"max_extra_rounds must be >= 0, got {self.max_extra_rounds}")
         check(0.0 <= self.gamma <= 1.0, f"gamma must be in [0, 1], got {self.gamma}")

@@ -10,6 +10,7 @@ member already done) plus ``n_active``, the env steps taken; their ``num_timeste
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
@@ -164,51 +165,75 @@ class RolloutCollector:
             members = np.flatnonzero(env.group_index == g)
             self.buffer.start_group(self.group_id(iteration, g, round), env.episode_index[members].tolist())
         lengths = np.zeros(env.num_envs, dtype=int)  # steps taken: the action seeds' and messages' step index
-        while env.active.any():
-            idx = np.flatnonzero(env.active)
-            out = self.act(iteration, round, idx, obs, current, lengths, stats)
+        # Each lane's actions are computed while the other lane's sub-envs step in their workers (pipeline); one
+        # lane of every sub-env is the plain loop: act, step, record.
+        flights: deque[tuple[np.ndarray, np.ndarray, Rollout, Any]] = deque()
+
+        def launch(lane: np.ndarray) -> None:
+            idx = lane[env.active[lane]]
+            if idx.size:
+                out = self.act(iteration, round, idx, obs, current, lengths, stats)
+                flights.append((lane, idx, out, env.step_send(idx, list(out.texts))))
+
+        for lane in env.lanes(2) if self.config.pipeline else [np.arange(env.num_envs)]:
+            launch(lane)
+        while flights:
+            lane, idx, out, ticket = flights.popleft()
+            t0 = time.perf_counter()
+            obs, rewards, terminated, truncated, infos = env.step_receive(ticket)
+            stats.env_s += time.perf_counter() - t0
             actions: list[Any] = [None] * env.num_envs
             for k, i in enumerate(idx):
                 actions[i] = out.texts[k]
-            t0 = time.perf_counter()
-            obs, rewards, terminated, truncated, infos = env.step(actions)
-            stats.env_s += time.perf_counter() - t0
-            next_infos = {int(i): info_at(infos, i) for i in idx}
-            for i in idx:
-                task = repr(next_infos[i].get("task_id"))
-                check_reward(rewards[i], self.env_id, task, lengths[i] + 1, actions[i])
-            next_values = self.bootstrap_values(idx, obs, next_infos, truncated)
-            for k, i in enumerate(idx):
-                info = next_infos[i]
-                done = bool(terminated[i] or truncated[i])
-                self.buffer.add(
-                    self.row(iteration, round, i, k, out, current[i], info, float(rewards[i]), bool(terminated[i]),
-                             done, next_values.get(int(i), 0.0))
-                )  # fmt: skip
-                lengths[i] += 1
-                if done:  # every episode of a rollout ends: its record counts all of its steps
-                    episode = self.episode_record(info)
-                    stats.invalid += int(episode["invalid"])
-                    stats.unparsed += int(episode["unparsed"])
-                    stats.revisits += int(episode["revisits"])
-                    stats.episodes.append({
-                        "return": float(episode["r"]), "length": int(episode["l"]), "won": bool(episode["won"]),
-                        "group": self.buffer.rows[-1].group, "role": self.role(i),
-                    })  # fmt: skip
-                current[i] = info
-            stats.steps += len(idx)
-            count(len(idx))
-            # What SB3's on-policy loop offers callbacks: only the members stepped this time can be done.
-            stepped = np.zeros(env.num_envs, dtype=bool)
-            stepped[idx] = True
-            dones = (np.asarray(terminated) | np.asarray(truncated)) & stepped
-            callback.update_locals({
-                "new_obs": obs, "rewards": rewards, "dones": dones, "infos": infos, "actions": actions,
-                "n_active": len(idx),
-            })  # fmt: skip
-            if not callback.on_step():
+            if not self.record_step(iteration, round, idx, out, actions, current, lengths,
+                                    (obs, rewards, terminated, truncated, infos), callback, count, stats):  # fmt: skip
+                for *_, unfinished in flights:  # read what is in flight: no answer is left in a worker's pipe
+                    env.step_receive(unfinished)
                 return False
+            launch(lane)
         return True
+
+    def record_step(self, iteration: int, round: int, idx: np.ndarray, out: Rollout, actions: list[Any],
+                    current: list[dict], lengths: np.ndarray, result: tuple, callback: BaseCallback,
+                    count: Callable[[int], None], stats: RolloutStats) -> bool:  # fmt: skip
+        """The rows of one step of the sub-envs ``idx`` (``result``: the vector env's answer), their finished
+        episodes, and the callbacks' ``on_step``; False if a callback stopped training."""
+        env = self.env
+        obs, rewards, terminated, truncated, infos = result
+        next_infos = {int(i): info_at(infos, i) for i in idx}
+        for i in idx:
+            task = repr(next_infos[i].get("task_id"))
+            check_reward(rewards[i], self.env_id, task, lengths[i] + 1, actions[i])
+        next_values = self.bootstrap_values(idx, obs, next_infos, truncated)
+        for k, i in enumerate(idx):
+            info = next_infos[i]
+            done = bool(terminated[i] or truncated[i])
+            self.buffer.add(
+                self.row(iteration, round, i, k, out, current[i], info, float(rewards[i]), bool(terminated[i]),
+                         done, next_values.get(int(i), 0.0))
+            )  # fmt: skip
+            lengths[i] += 1
+            if done:  # every episode of a rollout ends: its record counts all of its steps
+                episode = self.episode_record(info)
+                stats.invalid += int(episode["invalid"])
+                stats.unparsed += int(episode["unparsed"])
+                stats.revisits += int(episode["revisits"])
+                stats.episodes.append({
+                    "return": float(episode["r"]), "length": int(episode["l"]), "won": bool(episode["won"]),
+                    "group": self.buffer.rows[-1].group, "role": self.role(i),
+                })  # fmt: skip
+            current[i] = info
+        stats.steps += len(idx)
+        count(len(idx))
+        # What SB3's on-policy loop offers callbacks: only the members stepped this time can be done.
+        stepped = np.zeros(env.num_envs, dtype=bool)
+        stepped[idx] = True
+        dones = (np.asarray(terminated) | np.asarray(truncated)) & stepped
+        callback.update_locals({
+            "new_obs": obs, "rewards": rewards, "dones": dones, "infos": infos, "actions": actions,
+            "n_active": len(idx),
+        })  # fmt: skip
+        return bool(callback.on_step())
 
     def act(self, iteration: int, round: int, idx: np.ndarray, obs, current: list[dict], lengths: np.ndarray,
             stats: RolloutStats) -> Rollout:  # fmt: skip

@@ -20,6 +20,7 @@ import multiprocessing as mp
 import signal
 import traceback
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
@@ -92,6 +93,17 @@ class _InProcess:
 
     def step(self, jobs: list[tuple[int, Any]]) -> list[StepResult]:
         return self._each(jobs, lambda env, action: env.step(action))
+
+    def send(self, command: str, jobs: list[tuple[int, Any]]) -> Any:
+        """In this process nothing runs in the background: the work is done when :meth:`receive` asks for it."""
+        return command, jobs
+
+    def receive(self, ticket: Any) -> list[Any]:
+        command, jobs = ticket
+        return getattr(self, command)(jobs)
+
+    def worker_of(self, i: int) -> int:
+        return 0
 
     def call(self, name: str, indices: list[int], args: tuple) -> list[Any]:
         # The env's own exception: callers tell "no such method" (AttributeError, NotImplementedError) by its type.
@@ -175,7 +187,16 @@ class _WorkerProcesses:
             "reset() starts it again"
         )
 
+    def worker_of(self, i: int) -> int:
+        return i % self.n_workers
+
     def _scatter(self, command: str, jobs: list[tuple[int, Any]]) -> list[Any]:
+        return self.receive(self.send(command, jobs))
+
+    def send(self, command: str, jobs: list[tuple[int, Any]]) -> tuple:
+        """Send each worker its share of ``jobs`` and return without waiting: the workers run while the caller
+        does something else; :meth:`receive` collects the answers (workers answer in the order they were sent to,
+        so several sends are received in their own order)."""
         per_worker: dict[int, list[int]] = {}
         for pos, (i, _) in enumerate(jobs):
             per_worker.setdefault(i % self.n_workers, []).append(pos)
@@ -187,9 +208,15 @@ class _WorkerProcesses:
                 sent.append(w)
             except OSError:  # BrokenPipeError and the like: the worker is gone
                 errors.append(self._died(w))
-        out: list[Any] = [None] * len(jobs)
-        raised: list[tuple[int, int, str, str]] = []  # (sub-env, worker, summary, traceback) of each that raised
         self.unread.update(sent)  # until read: an interrupt (KeyboardInterrupt) in the wait leaves them unread
+        return per_worker, sent, errors, len(jobs)
+
+    def receive(self, ticket: tuple) -> list[Any]:
+        """The answers of one :meth:`send`, in its jobs' order; raises (after reading every worker it sent to) when
+        a sub-env raised or a worker died."""
+        per_worker, sent, errors, n = ticket
+        out: list[Any] = [None] * n
+        raised: list[tuple[int, int, str, str]] = []  # (sub-env, worker, summary, traceback) of each that raised
         for w in sent:
             try:
                 status, result = self.conns[w].recv()
@@ -250,6 +277,15 @@ def episode_step_limit(env: gym.Env) -> int | None:
             return int(env._max_episode_steps)
         env = env.env
     return None
+
+
+@dataclass(frozen=True)
+class _StepTicket:
+    """An unreceived :meth:`GroupedVectorEnv.step_send`: its sub-envs, their actions, the backend's ticket."""
+
+    indices: np.ndarray
+    actions: dict[int, Any]
+    sent: Any
 
 
 class GroupedVectorEnv(VectorEnv):
@@ -316,6 +352,7 @@ class GroupedVectorEnv(VectorEnv):
         self._sampler = np.random.default_rng()
         self._next_episode = 0
         self._failed = False  # a sub-env raised (or its worker died) in the last reset or step
+        self._in_flight = np.zeros(0, dtype=np.int64)  # sub-envs sent a step whose answer is not received yet
 
     def _describe(self, probe: gym.Env) -> None:
         """Spaces, spec and step limit of every sub-env, read from one of them."""
@@ -339,6 +376,7 @@ class GroupedVectorEnv(VectorEnv):
         self.episode_index = self._next_episode + np.arange(self.num_envs)
         self._next_episode += self.num_envs
         self.active[:] = True
+        self._in_flight = np.zeros(0, dtype=np.int64)  # an unreceived step's workers restart (unread answers)
         jobs = [(i, int(seeds[self.group_index[i]])) for i in range(self.num_envs)]
         infos: dict[str, Any] = {}
         self._failed = True
@@ -396,13 +434,46 @@ class GroupedVectorEnv(VectorEnv):
         if self._failed:
             raise RuntimeError("a sub-env failed in the last reset or step: call reset() before stepping again")
         idx = np.flatnonzero(self.active)
+        return self.step_receive(self.step_send(idx, [actions[i] for i in idx]))
+
+    def lanes(self, n: int) -> list[np.ndarray]:
+        """Sub-envs in ``n`` lanes (some may be empty) that share no worker process, so that one lane steps in its
+        workers while the caller computes the other's actions (:meth:`step_send`); in this process, by index."""
+        owner = np.array([self.workers.worker_of(i) for i in range(self.num_envs)])
+        key = owner if self.mode == "async" and self.workers.n_workers >= n else np.arange(self.num_envs)
+        return [np.flatnonzero(key % n == lane) for lane in range(n)]
+
+    def step_send(self, indices: Sequence[int], actions: Sequence[Any]) -> _StepTicket:
+        """Start stepping the active sub-envs ``indices`` with ``actions`` (one each, in order) and return at once;
+        :meth:`step_receive` waits for them. Lanes of :meth:`lanes` overlap: sub-envs in worker processes step
+        while the caller works (in-process sub-envs step inside ``step_receive``). A sub-env may be in one
+        unreceived send at a time."""
+        idx = np.asarray(indices, dtype=np.int64)
+        if len(actions) != idx.size:
+            raise ValueError(f"expected one action per sub-env stepped ({idx.size}), got {len(actions)}")
+        if self._failed:
+            raise RuntimeError("a sub-env failed in the last reset or step: call reset() before stepping again")
+        if not self.active[idx].all() or np.intersect1d(idx, self._in_flight).size or np.unique(idx).size < idx.size:
+            raise ValueError("step_send: every sub-env must be active, listed once and not already being stepped")
+        self._in_flight = np.union1d(self._in_flight, idx)
+        jobs = [(int(i), a) for i, a in zip(idx, actions)]
+        self._failed = True
+        with self._naming_failures("step", dict(jobs)):
+            ticket = self.workers.send("step", jobs)
+        self._failed = False
+        return _StepTicket(idx, dict(jobs), ticket)
+
+    def step_receive(self, ticket: _StepTicket):
+        """The result of one :meth:`step_send`, shaped as :meth:`step`'s: entries of the sub-envs it stepped only."""
+        idx = ticket.indices
         rewards = np.zeros(self.num_envs)
         terminated = np.zeros(self.num_envs, dtype=bool)
         truncated = np.zeros(self.num_envs, dtype=bool)
         infos: dict[str, Any] = {}
         self._failed = True
-        with self._naming_failures("step", {int(i): actions[i] for i in idx}):
-            results = self.workers.step([(int(i), actions[i]) for i in idx])
+        self._in_flight = np.setdiff1d(self._in_flight, idx)
+        with self._naming_failures("step", ticket.actions):
+            results = self.workers.receive(ticket.sent)
         self._failed = False
         self.episode_steps[idx] += 1
         for i, (obs, reward, term, trunc, info) in zip(idx, results):
@@ -415,6 +486,11 @@ class GroupedVectorEnv(VectorEnv):
     def call(self, name: str, *args: Any, indices: Sequence[int] | None = None) -> tuple[Any, ...]:
         """Call ``env.unwrapped.<name>(*args)`` on the sub-envs (all, or ``indices``)."""
         indices = list(range(self.num_envs)) if indices is None else [int(i) for i in indices]
+        if self.mode == "async":
+            busy = {self.workers.worker_of(int(i)) for i in self._in_flight}
+            if busy & {self.workers.worker_of(i) for i in indices}:
+                raise RuntimeError(f"call({name!r}): a worker of these sub-envs is stepping others (step_send); "
+                                   "receive that step first")  # fmt: skip
         with self._naming_failures("call", dict.fromkeys(indices, name)):
             return tuple(self.workers.call(name, indices, args))
 

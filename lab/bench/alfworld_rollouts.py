@@ -1,5 +1,6 @@
 """Real-engine rollouts: env steps/s of GAGPO's rollouts on ALFWorld's train games, with the engine stepped in this
-process (``vec_mode="sync"``) or in worker processes (``"async"``) while the policy batches across them.
+process (``vec_mode="sync"``), in worker processes (``"async"``) while the policy batches across them, or in worker
+processes pipelined with the policy (``"pipeline"``: one lane of sub-envs steps while the policy acts for the other).
 
     python -m lab.bench.alfworld_rollouts                        # results/throughput/alfworld-rollouts.md
     python -m lab.bench.alfworld_rollouts --iterations 1 --out /tmp/rollouts.md
@@ -21,6 +22,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from agents.cli import fail
 from agents.reporting import atomic_write_text, markdown_table
@@ -30,8 +32,16 @@ ROOT = Path(__file__).resolve().parents[2]
 PRIOR = ROOT / "results" / "agents" / "minihouse-full-search"
 
 
+MODES: dict[str, dict[str, Any]] = {
+    "sync": {"vec_mode": "sync"},
+    "async": {"vec_mode": "async"},
+    "pipeline": {"vec_mode": "async", "pipeline": True},
+}
+
+
 def measure(mode: str, iterations: int, seed: int) -> dict[str, float | str]:
-    """Train ``iterations`` iterations with the engine stepped ``mode``-wise; times and the episodes' fingerprint."""
+    """Train ``iterations`` iterations with the engine stepped ``mode``-wise; times and the episodes' fingerprint
+    (each rollout's rows in a canonical order: the pipeline's lanes add them in another)."""
     import torch
     from stable_baselines3.common.logger import Logger
 
@@ -41,14 +51,14 @@ def measure(mode: str, iterations: int, seed: int) -> dict[str, float | str]:
     recorder = Recorder()
     agent = GAGPOAgent(
         "gagpo_gym/ALFWorld-v0", model=str(PRIOR), env_kwargs={"split": "train"}, estimator="gagpo", num_groups=4,
-        group_size=8, vec_mode=mode, seed=seed, torch_threads=1, verbose=0,
+        group_size=8, seed=seed, torch_threads=1, verbose=0, **MODES[mode],
     )  # fmt: skip
     agent.set_logger(Logger(folder=None, output_formats=[recorder]))
     digest = hashlib.sha256()
     started = time.perf_counter()
     for _ in range(iterations):
         agent.learn(10**9, reset_num_timesteps=False, max_iterations=1)
-        rows = [(r.group, r.episode, r.chosen, r.reward, r.state_key, r.won) for r in agent.buffer.rows]
+        rows = sorted((r.group, r.episode, r.chosen, r.reward, r.state_key, r.won) for r in agent.buffer.rows)
         digest.update(repr(rows).encode())
     total = time.perf_counter() - started
     agent.get_env().close()
@@ -67,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--iterations", type=int, default=2, help="iterations per mode")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=str(ROOT / "results" / "throughput" / "alfworld-rollouts.md"))
-    parser.add_argument("--mode", choices=("sync", "async"), help=argparse.SUPPRESS)  # one measurement (child)
+    parser.add_argument("--mode", choices=list(MODES), help=argparse.SUPPRESS)  # one measurement (child)
     args = parser.parse_args(argv)
     if args.iterations < 1:
         fail("--iterations must be >= 1")
@@ -75,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(measure(args.mode, args.iterations, args.seed)))
         return 0
     rows = []
-    for mode in ("sync", "async"):
+    for mode in MODES:
         child = [sys.executable, "-m", __spec__.name, "--mode", mode, "--iterations", str(args.iterations)]
         child += ["--seed", str(args.seed)]
         done = subprocess.run(child, capture_output=True, text=True, check=False, cwd=ROOT)
@@ -83,14 +93,16 @@ def main(argv: list[str] | None = None) -> int:
             fail(f"the {mode} measurement failed:\n{done.stderr[-2000:]}")
         rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
         print(rows[-1], flush=True)
-    same = rows[0]["episodes"] == rows[1]["episodes"]
-    speedup = rows[1]["rollout steps/s"] / rows[0]["rollout steps/s"]
+    same = len({row["episodes"] for row in rows}) == 1
+    speedup = {row["mode"]: row["rollout steps/s"] / rows[0]["rollout steps/s"] for row in rows[1:]}
     text = (
-        "# Real-engine rollouts: the engine in worker processes against the serial loop\n\n"
+        "# Real-engine rollouts: the engine in worker processes, and pipelined, against the serial loop\n\n"
         f"`python -m lab.bench.alfworld_rollouts --iterations {args.iterations}`: GAGPO from "
         "`results/agents/minihouse-full-search` on ALFWorld's train games, 4 groups x 8 episodes, seed "
         f"{args.seed}, one torch thread.\n\n{markdown_table(rows)}\n\n"
-        f"Same episodes: {'yes' if same else 'NO'}. Rollout env steps/s, async over sync: {speedup:.2f}x.\n"
+        f"Same episodes in every mode: {'yes' if same else 'NO'}. Rollout env steps/s over sync: "
+        + ", ".join(f"{mode} {x:.2f}x" for mode, x in speedup.items())
+        + ".\n"
     )
     atomic_write_text(Path(args.out), text)
     print(text)

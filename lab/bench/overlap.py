@@ -46,17 +46,22 @@ SETTINGS: dict[str, dict[str, Any]] = {
 }
 
 
+#: The modes: (pipeline, overlap) flags of GAGPOConfig.
+MODES = {"off": (False, False), "pipeline": (True, False), "overlap": (False, True), "both": (True, True)}
+
+
 def measure(
-    setting: dict[str, Any], overlap: bool, iterations: int, threads: int, sizes: dict[str, int]
+    setting: dict[str, Any], mode: str, iterations: int, threads: int, sizes: dict[str, int]
 ) -> dict[str, float]:
-    """One learn() of ``iterations`` iterations: env steps/s and the shares of wall time each stage waits (``sizes``:
-    the groups and group size, over the setting's)."""
+    """One learn() of ``iterations`` iterations in ``mode`` (:data:`MODES`): env steps/s and the shares of wall time
+    each stage waits (``sizes``: the groups and group size, over the setting's)."""
     from agents import GAGPOAgent
 
+    pipeline, overlap = MODES[mode]
     model = setting.get("model", "tiny")
     config = {"vec_mode": "async", "torch_threads": threads, "seed": 0, **setting.get("config", {}), **sizes}
     agent = GAGPOAgent(setting["env"], model=model, env_kwargs=setting["env_kwargs"], verbose=0, overlap=overlap,
-                       **config)  # fmt: skip
+                       pipeline=pipeline, **config)  # fmt: skip
     keep = Recorder()
     agent.set_logger(Logger(folder=None, output_formats=[keep]))
     agent.get_env()  # the worker processes start before the clock
@@ -75,12 +80,16 @@ def measure(
         rollout_waits = (total("time/recompute_s") + total("time/update_s")) / wall
         update_waits = total("time/rollout_s") / wall
     return {"steps_per_s": agent.num_timesteps / wall, "rollout_waits": rollout_waits, "update_waits": update_waits,
+            # inside the rollouts: waiting for the envs' answers, and the policy's acting
+            "env_waits": total("time/env_s") / wall, "policy_acts": total("time/generate_s") / wall,
             "wall_s": wall, "steps": agent.num_timesteps}  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--settings", nargs="+", default=["minihouse-small"], choices=sorted(SETTINGS))
+    parser.add_argument("--modes", nargs="+", default=["off", "pipeline", "overlap", "both"], choices=list(MODES),
+                        help="compared with off (always run) on the same thread budget")  # fmt: skip
     parser.add_argument("--iterations", type=int, default=6, help="iterations of each learn()")
     parser.add_argument("--repeats", type=int, default=2, help="learn() runs of each mode, alternating")
     parser.add_argument("--threads", type=int, default=2, help="torch threads of each mode, all in all")
@@ -90,32 +99,29 @@ def main(argv: list[str] | None = None) -> int:
     sizes = {k: v for k, v in (("num_groups", args.num_groups), ("group_size", args.group_size)) if v is not None}
     for name in args.settings:
         load = os.getloadavg()[0]
-        # (overlap, torch threads): the two modes on one budget, and the sequential loop on one thread beside them
+        # (mode, torch threads): every mode on one budget, and the sequential loop on one thread beside them
         # (under CPU contention one OpenMP thread can beat two: that, not the overlap, may be the difference).
-        modes = [(False, args.threads), (True, args.threads)] + ([(False, 1)] if args.threads > 1 else [])
-        runs: dict[tuple[bool, int], list[dict[str, float]]] = {m: [] for m in modes}
+        modes = [(m, args.threads) for m in dict.fromkeys(["off", *args.modes])]
+        modes += [("off", 1)] if args.threads > 1 else []
+        runs: dict[tuple[str, int], list[dict[str, float]]] = {m: [] for m in modes}
         for _ in range(args.repeats):
-            for overlap, threads in modes:
-                result = measure(SETTINGS[name], overlap, args.iterations, threads, sizes)
-                runs[overlap, threads].append(result)
-                print(f"  ({'on' if overlap else 'off'}, {threads} thr: {result['steps']:.0f} steps in "
-                      f"{result['wall_s']:.0f} s, load {os.getloadavg()[0]:.2f})", flush=True)  # fmt: skip
+            for mode, threads in modes:
+                result = measure(SETTINGS[name], mode, args.iterations, threads, sizes)
+                runs[mode, threads].append(result)
+                print(f"  ({mode}, {threads} thr: {result['steps']:.0f} steps in {result['wall_s']:.0f} s, "
+                      f"load {os.getloadavg()[0]:.2f})", flush=True)  # fmt: skip
         print(f"{name}: {args.iterations} iterations x {args.repeats} repeats, "
               f"load {load:.2f} -> {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")  # fmt: skip
-        print(f"  {'mode':<14} {'steps/s':>8} {'rollout waits':>14} {'update waits':>13}  runs (steps/s)")
-        rates = {}
-        for (overlap, threads), results in runs.items():
+        print(f"  {'mode':<15} {'steps/s':>8} {'x off':>6} {'rollout waits':>14} {'update waits':>13} "
+              f"{'env waits':>10} {'policy acts':>12}  runs (steps/s)")  # fmt: skip
+        rates = {key: statistics.median(r["steps_per_s"] for r in results) for key, results in runs.items()}
+        for (mode, threads), results in runs.items():
             med = {k: statistics.median(r[k] for r in results) for k in results[0]}
-            rates[overlap, threads] = med["steps_per_s"]
             each = ", ".join(f"{r['steps_per_s']:.1f}" for r in results)
-            mode = f"{'on' if overlap else 'off'}, {threads} thr"
-            print(f"  {mode:<14} {med['steps_per_s']:8.1f} {med['rollout_waits']:14.0%} "
-                  f"{med['update_waits']:13.0%}  {each}")  # fmt: skip
-        print(
-            f"  on / off ({args.threads} threads each): {rates[True, args.threads] / rates[False, args.threads]:.2f}x"
-        )
-        if args.threads > 1:
-            print(f"  on / off on 1 thread: {rates[True, args.threads] / rates[False, 1]:.2f}x")
+            ratio = med["steps_per_s"] / rates["off", args.threads]
+            print(f"  {f'{mode}, {threads} thr':<15} {med['steps_per_s']:8.1f} {ratio:5.2f}x "
+                  f"{med['rollout_waits']:14.0%} {med['update_waits']:13.0%} {med['env_waits']:10.0%} "
+                  f"{med['policy_acts']:12.0%}  {each}")  # fmt: skip
     return 0
 
 
