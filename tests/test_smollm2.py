@@ -24,7 +24,7 @@ SMALL: dict[str, Any] = {
     "history_length": 0, "max_new_tokens": 10, "max_prompt_tokens": 400, "env_kwargs": {"max_episode_steps": 1},
 }  # fmt: skip
 
-BF16 = {**SMALL, "group_size": 2, "minibatch_size": 2, "n_epochs": 1, "max_prompt_tokens": 96}
+BF16 = {**SMALL, "group_size": 2, "minibatch_size": 2, "n_epochs": 1, "max_prompt_tokens": 96, "max_new_tokens": 4}
 
 
 @pytest.fixture(scope="module")
