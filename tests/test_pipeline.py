@@ -193,3 +193,10 @@ def test_a_callback_that_stops_mid_pipeline_leaves_the_env_ready():
     assert agent.iteration == 0
     agent.learn(10**6, max_iterations=1)  # the next rollout's reset finds no answer left over
     assert agent.iteration == 1
+
+
+def test_pipeline_with_the_overlap_at_staleness_0_plays_the_plain_loops_rows():
+    """Both at once: staleness 0 makes the overlap sequential, the pipeline changes no action."""
+    _, plain_rows, _ = played()
+    _, both_rows, logs = played(pipeline=True, overlap=True, max_staleness=0)
+    assert both_rows == plain_rows and [d["overlap/staleness"] for d in logs] == [0, 0]
