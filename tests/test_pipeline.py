@@ -160,11 +160,16 @@ def test_a_worker_killed_mid_flight_is_one_error_and_reset_restarts_it():
         env.close()
 
 
+@pytest.fixture(scope="module")
+def plain_loop() -> tuple[GAGPOAgent, list[list[tuple]], list[dict[str, Any]]]:
+    return played()
+
+
 @pytest.mark.slow
-def test_pipelined_rollouts_play_the_plain_loops_actions_and_train_alike():
+def test_pipelined_rollouts_play_the_plain_loops_actions_and_train_alike(plain_loop):
     """Same seed: the same rows (actions, rewards, states, episode ends) in both iterations, the same logged
     rollout metrics, and weights equal up to float rounding (a lane's policy batch holds fewer prompts)."""
-    plain, plain_rows, plain_logs = played()
+    plain, plain_rows, plain_logs = plain_loop
     piped, piped_rows, piped_logs = played(pipeline=True)
     assert piped_rows == plain_rows and len(plain_rows) == 2
     keys = [k for k in plain_logs[0] if k.startswith("rollout/") and k != "rollout/logp_gap_max"]
@@ -195,8 +200,8 @@ def test_a_callback_that_stops_mid_pipeline_leaves_the_env_ready():
     assert agent.iteration == 1
 
 
-def test_pipeline_with_the_overlap_at_staleness_0_plays_the_plain_loops_rows():
+def test_pipeline_with_the_overlap_at_staleness_0_plays_the_plain_loops_rows(plain_loop):
     """Both at once: staleness 0 makes the overlap sequential, the pipeline changes no action."""
-    _, plain_rows, _ = played()
+    _, plain_rows, _ = plain_loop
     _, both_rows, logs = played(pipeline=True, overlap=True, max_staleness=0)
     assert both_rows == plain_rows and [d["overlap/staleness"] for d in logs] == [0, 0]
