@@ -5,8 +5,10 @@ left in a pipe, and the next reset plays on."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+from collections.abc import Iterator
 from typing import Any
 
 import gymnasium as gym
@@ -45,6 +47,17 @@ class Flaky(gym.Wrapper):
 def vector(n_workers: int = 2, fail_at: dict[int, int] | None = None) -> GroupedVectorEnv:
     fns = [lambda i=i: Flaky(gym.make("gagpo_gym/Maze-v0", **MAZE), (fail_at or {}).get(i, -1)) for i in range(4)]
     return GroupedVectorEnv(fns, num_groups=2, group_size=2, mode="async", n_workers=n_workers)
+
+
+@contextlib.contextmanager
+def reset_lanes(fail_at: dict[int, int] | None = None) -> Iterator[tuple[GroupedVectorEnv, np.ndarray, np.ndarray]]:
+    """A reset vector env of 2 workers and its two lanes; closed after."""
+    env = vector(fail_at=fail_at)
+    try:
+        env.reset(seed=0)
+        yield env, *env.lanes(2)
+    finally:
+        env.close()
 
 
 def rows(agent: GAGPOAgent) -> list[tuple]:
@@ -104,24 +117,16 @@ def test_two_lanes_in_flight_answer_as_one_step_does():
 
 
 def test_a_call_to_a_busy_worker_is_refused_not_answered_with_a_step():
-    env = vector()
-    try:
-        env.reset(seed=0)
-        lane0, lane1 = env.lanes(2)
+    with reset_lanes() as (env, lane0, lane1):
         ticket = env.step_send(lane0, ["look"] * lane0.size)
         with pytest.raises(RuntimeError, match="stepping others"):
             env.call("state_string", indices=[int(lane0[0])])
         assert len(env.call("state_string", indices=[int(i) for i in lane1])) == lane1.size  # the idle lane answers
         env.step_receive(ticket)
-    finally:
-        env.close()
 
 
 def test_a_sub_env_that_raises_in_one_lane_leaves_no_stale_answer():
-    env = vector(fail_at={1: 2})  # sub-env 1 (worker 1) raises at its second step
-    try:
-        env.reset(seed=0)
-        lane0, lane1 = env.lanes(2)
+    with reset_lanes(fail_at={1: 2}) as (env, lane0, lane1):  # sub-env 1 (worker 1) raises at its second step
         for _ in range(2):
             t0 = env.step_send(lane0, ["look"] * lane0.size)
             t1 = env.step_send(lane1, ["look"] * lane1.size)
@@ -138,15 +143,10 @@ def test_a_sub_env_that_raises_in_one_lane_leaves_no_stale_answer():
             env.step(["look"] * 4)
         env.reset(seed=1)
         assert env.step(["look"] * 4)[1].shape == (4,)  # the workers answer the new episode, not an old step
-    finally:
-        env.close()
 
 
 def test_a_worker_killed_mid_flight_is_one_error_and_reset_restarts_it():
-    env = vector()
-    try:
-        env.reset(seed=0)
-        lane0, lane1 = env.lanes(2)
+    with reset_lanes() as (env, lane0, lane1):
         worker = env.workers.worker_of(int(lane1[0]))
         ticket = env.step_send(lane0, ["look"] * lane0.size)
         os.kill(env.workers.procs[worker].pid, signal.SIGKILL)
@@ -156,8 +156,6 @@ def test_a_worker_killed_mid_flight_is_one_error_and_reset_restarts_it():
             env.step_receive(env.step_send(lane1, ["look"] * lane1.size))
         env.reset(seed=2)
         assert env.step(["look"] * 4)[1].shape == (4,)
-    finally:
-        env.close()
 
 
 @pytest.fixture(scope="module")
