@@ -163,6 +163,9 @@ def write_report(settings: dict[str, Any]) -> Path:
               "estimator's credit with GAGPO's on the same actions. Steps to bar: env steps until the 3-iteration "
               f"mean of training success first reaches {analysis['bar']} (None: never).", "",
               markdown_table(rollout_table(arms, analysis)), ""]  # fmt: skip
+    conduct = LAYOUT.out / "conduct.md"  # what happened while the study ran (stops, pauses), kept by hand
+    if conduct.is_file():
+        lines += [conduct.read_text(encoding="utf-8").strip(), ""]
     figure = LAYOUT.out / "curves.png"
     if arms:
         plot_seed_bands({a: [r["curve"] for r in runs] for a, runs in arms.items()}, figure,
