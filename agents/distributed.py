@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import copy
 import os
 import time
 from collections.abc import Callable
@@ -74,6 +75,17 @@ class Distributed:
             atexit.unregister(close_process_group)  # once, however many agents the process builds
             atexit.register(close_process_group)
         self.fsdp = fsdp and self.enabled
+        self.group: Any = None  # a process group of its own (side_channel); None: the default group
+
+    def side_channel(self) -> Distributed:
+        """The same ranks on a gloo process group of their own, for a second thread's small collectives (the
+        overlapped rollout's sums and gathers) while this thread's (the update's) run on the default group: two
+        threads never share a group, so each group's collectives keep one order on every rank. Every rank must
+        call it, at the same point (it creates the group)."""
+        view = copy.copy(self)
+        if self.enabled:
+            view.group = torch.distributed.new_group(backend="gloo")
+        return view
 
     @property
     def enabled(self) -> bool:
@@ -156,6 +168,10 @@ class Distributed:
         array = np.asarray(values, dtype=np.float64)
         if not self.enabled:
             return array
+        if self.group is not None:
+            tensor = torch.as_tensor(array)  # gloo: on the CPU, whatever device the model is on
+            torch.distributed.all_reduce(tensor, group=self.group)
+            return tensor.numpy()
         tensor = torch.as_tensor(array, device=self.accelerator.device)
         return self.accelerator.reduce(tensor, reduction="sum").cpu().numpy()
 
@@ -163,6 +179,10 @@ class Distributed:
         """Every rank's ``obj`` (picklable), in rank order."""
         if not self.enabled:
             return [obj]
+        if self.group is not None:
+            out: list[Any] = [None] * self.world_size
+            torch.distributed.all_gather_object(out, obj, group=self.group)
+            return out
         from accelerate.utils import gather_object  # accelerate is there: self.enabled
 
         return gather_object([obj])

@@ -108,11 +108,14 @@ class GAGPOAgent:
         self.dist = Distributed(fsdp=c.fsdp)
         if c.backend == "vllm" and self.dist.world_size > 1:
             raise ValueError("backend='vllm' runs one engine in one process: launch a single process (or use 'hf')")
-        if c.overlap and self.dist.world_size > 1:
+        if c.overlap and self.dist.fsdp:
             raise ValueError(
-                "overlap=True runs the update in a thread beside the rollout; under a launch both would issue "
-                "collectives on one process group: launch a single process, or train with overlap=False"
+                "overlap=True acts with a whole copy of the weights beside the update; under FSDP2 each rank holds "
+                "a shard: train with fsdp=False (DDP overlaps, each rank its own), or with overlap=False"
             )
+        # The main thread's collectives (the rollout's sums and gathers, the update's plan) on a group of their own
+        # under overlap: the update thread's DDP all-reduces use the default group at the same time.
+        self.rollout_dist = self.dist.side_channel() if c.overlap and self.dist.enabled else self.dist
         self.verbose = verbose if self.dist.is_main else 0  # logs come from the main process
 
         # The vector env is built when first needed (learn(), get_env()): a loaded agent plays and evaluates
@@ -187,7 +190,8 @@ class GAGPOAgent:
         """What plays a rollout on :attr:`env` into the buffer, made with the env."""
         if self._rollout is None:
             self._rollout = RolloutCollector(
-                self.env, self.policy, self.prompts, self.buffer, self.config, self.dist, num_groups=self.num_groups,
+                self.env, self.policy, self.prompts, self.buffer, self.config, self.rollout_dist,
+                num_groups=self.num_groups,
                 env_id=self.env_id,
             )  # fmt: skip
         return self._rollout
@@ -331,7 +335,7 @@ class GAGPOAgent:
         if stats is None:
             return False
         # Callbacks saw this rank's steps; from here on the count is every rank's (dropped groups' steps included).
-        self.num_timesteps = start_timesteps + int(self.dist.sum([stats.steps])[0])
+        self.num_timesteps = start_timesteps + int(self.rollout_dist.sum([stats.steps])[0])
         self.last_rollout = collector.log(logger or self.logger, stats)
         callback.on_rollout_end()
         return True
@@ -342,7 +346,7 @@ class GAGPOAgent:
     def update_plan(self) -> list[list[list[Row]]]:
         """The update's minibatches, epoch by epoch (drawn from the agent's RNG): every rank's part of one
         process's minibatches."""
-        gather = self.dist.gather if self.dist.enabled else None
+        gather = self.rollout_dist.gather if self.rollout_dist.enabled else None
         return self.buffer.minibatches(self.rng, self.config.n_epochs, self.config.minibatch_size, gather)
 
     def recompute_log_probs(self, plan: list[list[list[Row]]]) -> None:

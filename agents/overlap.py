@@ -117,7 +117,11 @@ class UpdatePipeline:
         state = self.versions.get(version)
         assert state is not None, f"version {version} was not published"
         if self._acting is None:  # the tokenizer is shared; everything else (weights, caches) is the copy's own
-            self._acting = copy.deepcopy(self.policy, memo={id(self.policy.tokenizer): self.policy.tokenizer})
+            memo: dict[int, Any] = {id(self.policy.tokenizer): self.policy.tokenizer}
+            if self.policy.forward_core is not self.policy.core:  # the trainer's DDP wrapper: not the copy's
+                memo[id(self.policy.forward_core)] = None
+            self._acting = copy.deepcopy(self.policy, memo=memo)
+            self._acting.forward_core = self._acting.core
         if self.acting_version != version:
             self._acting.core.load_state_dict(state)
             self.acting_version = version

@@ -2,12 +2,14 @@
 
     python tests/distributed_worker.py OUT                  # 4 groups in one process
     torchrun --standalone --nproc_per_node 2 tests/distributed_worker.py OUT [--fsdp] [--generate] [--resume]
+                                                                                  [--overlap]
 
 The update runs with the default settings (several epochs, several minibatches of ``minibatch_size`` actions).
 Each rank writes its rows' advantages keyed by (iteration, group, member, step) to OUT/rows_<rank>.json; the agent
 after the second update is saved to OUT/agent (under FSDP: gathered from the shards). ``--resume`` also saves the
 agent after the first update to OUT/mid, loads it in the same launch (under FSDP: resharded, the optimizer state
-set from the saved full state), trains the second iteration again and saves that to OUT/resumed.
+set from the saved full state), trains the second iteration again and saves that to OUT/resumed. ``--overlap``: the
+update in a thread beside the next rollout (staleness 1: the second rollout is played by the first weights).
 """
 
 from __future__ import annotations
@@ -21,18 +23,30 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from agents import GAGPOAgent  # noqa: E402
 
 
-def main(out: Path, fsdp: bool, generate: bool, resume: bool = False) -> None:
+def main(out: Path, fsdp: bool, generate: bool, resume: bool = False, overlap: bool = False) -> None:
     out.mkdir(parents=True, exist_ok=True)
     mode = {"action_mode": "generate", "max_new_tokens": 6} if generate else {}  # generate: the sampler runs first
     agent = GAGPOAgent(
         "gagpo_gym/FrozenLake-v0", num_groups=4, group_size=4, token_budget=2048, tiny_hidden_size=32,
         history_length=1, learning_rate=1e-2, ent_coef=0.01, normalize="batch", env_kwargs={"max_episode_steps": 8},
-        torch_threads=1, verbose=0, seed=11, fsdp=fsdp, **mode,
+        torch_threads=1, verbose=0, seed=11, fsdp=fsdp, overlap=overlap, **mode,
     )  # fmt: skip
     if not agent.dist.enabled:  # the single process keeps its initial weights: how far the updates move them
         agent.policy.model.save_pretrained(out / "initial")
     rows: dict[str, float] = {}
-    for iteration in range(2):  # the second rollout is played by the updated policy
+    if overlap:  # one learn() of two iterations: the second rollout runs while the first update does
+        from stable_baselines3.common.callbacks import BaseCallback
+
+        class Rows(BaseCallback):
+            def _on_step(self) -> bool:
+                return True
+
+            def _on_rollout_end(self) -> None:
+                done = len({key.split("/")[0] for key in rows})  # rollouts recorded so far
+                rows.update({f"{done}/{key}": a for key, a in advantages(agent).items()})
+
+        agent.learn(10**9, max_iterations=2, callback=Rows())
+    for iteration in range(0 if overlap else 2):  # the second rollout is played by the updated policy
         agent.learn(1, reset_num_timesteps=iteration == 0)
         rows |= {f"{iteration}/{key}": a for key, a in advantages(agent).items()}
         if resume and iteration == 0:
@@ -65,4 +79,5 @@ def advantages(agent: GAGPOAgent) -> dict[str, float]:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]), "--fsdp" in sys.argv[2:], "--generate" in sys.argv[2:], "--resume" in sys.argv[2:])
+    flags = sys.argv[2:]
+    main(Path(sys.argv[1]), "--fsdp" in flags, "--generate" in flags, "--resume" in flags, "--overlap" in flags)

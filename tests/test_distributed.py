@@ -48,14 +48,14 @@ def one_process(tmp_path_factory: pytest.TempPathFactory) -> Callable[[tuple[str
     return of
 
 
-@pytest.mark.parametrize("engine", ["ddp", "fsdp", "fsdp-generate"])
+@pytest.mark.parametrize("engine", ["ddp", "fsdp", "fsdp-generate", "ddp-overlap"])
 def test_two_processes_equal_one_process(
     tmp_path: Path, engine: str, one_process: Callable[[tuple[str, ...]], Path]
 ) -> None:
     two = tmp_path / "two"
     two.mkdir()
     # generate mode: the run's first forward is the sampler's, through the inner model, not the FSDP root
-    mode = ("--generate",) if engine.endswith("generate") else ()
+    mode = ("--generate",) if engine.endswith("generate") else ("--overlap",) if engine.endswith("overlap") else ()
     one = one_process(mode)
     resume = ["--resume"] if engine == "fsdp" else []  # and the FSDP checkpoint of the first iteration resumed
     run([*TORCHRUN, WORKER, str(two), *(["--fsdp"] if engine.startswith("fsdp") else []), *mode, *resume], two)
@@ -96,3 +96,11 @@ def test_train_script_runs_with_and_without_the_launcher(tmp_path: Path, launche
     saved = json.loads((tmp_path / "run" / "final" / "agent.json").read_text())
     assert saved["num_timesteps"] > 0 and saved["config"]["num_groups"] == 2
     shutil.rmtree(tmp_path / "run")
+
+
+def test_overlap_under_fsdp_is_refused_with_one_line(tmp_path: Path) -> None:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    done = subprocess.run([*TORCHRUN, WORKER, str(tmp_path), "--fsdp", "--overlap"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=240)  # fmt: skip
+    assert done.returncode != 0
+    assert "each rank holds a shard: train with fsdp=False (DDP overlaps" in done.stdout + done.stderr
