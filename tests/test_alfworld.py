@@ -512,3 +512,55 @@ def test_target_stage_follows_the_engines_facts_along_expert_plays():
         assert steps[-1][1] == (3 if task_type == "look" else 2), task_type  # held under the lamp, else put down
     assert [stage for _, stage in seen["cool"][:2]] == [1, 2]  # a shut microwave holding the target, then opened
     env.close()
+
+
+@needs_data
+def test_a_kept_translation_plays_as_a_fresh_one(tmp_path, monkeypatch):
+    """fast-downward's SAS output kept on disk (``SAS_CACHE``): a process that reads it plays what one that
+    translated plays, and the task it parses is the one the translator returns (the translation changes none of it)."""
+    import io
+    from contextlib import redirect_stdout
+
+    import fast_downward.interface
+
+    from gagpo_gym.envs import alfworld as engine
+
+    monkeypatch.setattr(engine, "SAS_CACHE", tmp_path)
+    calls: list[tuple[str, str, bool]] = []
+    kept = fast_downward.pddl2sas
+
+    def spy(domain: str, problem: str, verbose: bool = False, optimize: bool = False):
+        calls.append((domain, problem, optimize))
+        return kept(domain, problem, verbose=verbose, optimize=optimize)
+
+    monkeypatch.setattr(fast_downward, "pddl2sas", spy)
+
+    def walk() -> list:
+        engine.LOADED_GAMES.clear()  # as a new process: the game is loaded, not copied
+        env = gym.make(ENV_ID, split="valid_seen", data_root=DATA)
+        rng = random.Random(0)
+        obs, info = env.reset(seed=5)
+        shown = [_shown(env, obs, info)]
+        for _ in range(10):
+            if info["won"]:
+                break
+            obs, _, _, _, info = env.step(rng.choice(info["admissible_actions"]))
+            shown.append(_shown(env, obs, info))
+        env.close()
+        return shown
+
+    fresh = walk()
+    assert len(list(tmp_path.rglob("*.sas.gz"))) == 2  # the game's two translations (plain and optimised)
+    assert walk() == fresh
+
+    def dump(task) -> str:
+        out = io.StringIO()
+        with redirect_stdout(out):
+            task.dump()
+        return out.getvalue()
+
+    assert len(calls) == 4 and calls[:2] == calls[2:]  # each walk loaded the game once: two translations
+    for domain, problem, optimize in calls[:2]:
+        task, sas = fast_downward.interface.pddl2sas(domain, problem, optimize=optimize)
+        assert dump(engine.parsed_task(domain, problem)) == dump(task)
+        assert fast_downward.interface.pddl2sas(domain, problem, optimize=optimize)[1] == sas  # deterministic

@@ -23,6 +23,9 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
+import gzip
+import hashlib
+import io
 import itertools
 import json
 import os
@@ -174,6 +177,7 @@ def _engine_api() -> dict[str, Any]:
     if fast_downward_missing:
         raise ImportError(f"ALFWorld-v0 needs fast-downward-textworld: {INSTALL_HINT}")
     _memoize_text_generation()
+    _keep_translations()
 
     class ReplayPddlEnv(PddlEnv):
         """textworld's ``PddlEnv`` that translates a game's PDDL once per process instead of once per reset.
@@ -244,6 +248,67 @@ def remember_game(key: str, loaded: tuple[Any, Any, Any]) -> None:
     LOADED_GAMES[key] = loaded
     while len(LOADED_GAMES) > LOADED_GAMES_MAX:
         LOADED_GAMES.popitem(last=False)
+
+
+#: fast-downward's translations (SAS text, gzip) by sha256 of their input, kept across processes and runs in the
+#: checkout's ignored cache; None keeps none (every process translates each game it loads).
+SAS_CACHE: Path | None = _CHECKOUT_CACHE.parent / "alfworld-sas"
+
+
+def _keep_translations() -> None:
+    """Make fast-downward's PDDL-to-SAS translation (about 1.5 s a call, two calls per game: two thirds of an
+    evaluation's time on games not played before in the process) happen once per game per machine.
+
+    ``pddl2sas(domain, problem, optimize)`` returns the parsed, normalised task and its SAS text; the SAS text is a
+    deterministic function of the inputs (the translator's own, ``tests/test_alfworld.py`` checks), so it is kept
+    as text under :data:`SAS_CACHE`, named by the sha256 of the inputs and the translator's package version. A later
+    call parses and normalises the task (a twentieth of the time) and reads the text. The task the translator
+    returns is the parsed, normalised one: the translation reads it and changes nothing in it (checked too).
+    """
+    import fast_downward
+
+    if getattr(fast_downward, "_gagpo_kept", False):
+        return
+    from importlib.metadata import version
+
+    translate = fast_downward.pddl2sas
+    translator = version("fast-downward-textworld")
+
+    def pddl2sas(domain: str, problem: str, verbose: bool = False, optimize: bool = False) -> Any:
+        if SAS_CACHE is None or verbose:
+            return translate(domain, problem, verbose=verbose, optimize=optimize)
+        key = hashlib.sha256(json.dumps([translator, bool(optimize), domain, problem]).encode("utf-8")).hexdigest()
+        path = SAS_CACHE / key[:2] / f"{key}.sas.gz"
+        if not path.is_file():
+            task, sas = translate(domain, problem, verbose=verbose, optimize=optimize)
+            with contextlib.suppress(OSError):  # a cache that cannot be written only costs the next translation
+                path.parent.mkdir(parents=True, exist_ok=True)
+                with tempfile.NamedTemporaryFile(dir=path.parent, delete=False, suffix=".tmp") as out:
+                    out.write(gzip.compress(sas.encode("utf-8"), mtime=0))
+                os.replace(out.name, path)
+            return task, sas
+        return parsed_task(domain, problem), gzip.decompress(path.read_bytes()).decode("utf-8")
+
+    fast_downward.pddl2sas = pddl2sas
+    fast_downward._gagpo_kept = True
+
+
+def parsed_task(domain: str, problem: str) -> Any:
+    """The task ``fast_downward.pddl2sas`` returns, without its translation: parsed and normalised, its output
+    silenced (it warns of atoms listed twice) as the translator silences it."""
+    import sys
+
+    if "fast_downward.translate.options" not in sys.modules:  # its options parse sys.argv on import, as pddl2sas
+        sys.argv = ["translate.py", "domain", "task"]  # sets it before importing them
+    from fast_downward.translate import normalize
+    from fast_downward.translate.pddl_parser import lisp_parser, parsing_functions
+
+    with contextlib.redirect_stdout(io.StringIO()):
+        task = parsing_functions.parse_task(
+            lisp_parser.parse_nested_list(domain.split("\n")), lisp_parser.parse_nested_list(problem.split("\n"))
+        )
+        normalize.normalize(task)
+    return task
 
 
 def _memoize_text_generation() -> None:
