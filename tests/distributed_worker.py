@@ -46,6 +46,11 @@ def main(out: Path, fsdp: bool, generate: bool, resume: bool = False, overlap: b
                 rows.update({f"{done}/{key}": a for key, a in advantages(agent).items()})
 
         agent.learn(10**9, max_iterations=2, callback=Rows())
+        if agent.dist.enabled:  # FSDP2 shards the weights the acting copy needs whole: refused before any model
+            try:
+                GAGPOAgent("gagpo_gym/FrozenLake-v0", fsdp=True, overlap=True, tiny_hidden_size=32, verbose=0)
+            except ValueError as err:
+                (out / f"refused_{agent.dist.rank}.txt").write_text(str(err))
     for iteration in range(0 if overlap else 2):  # the second rollout is played by the updated policy
         agent.learn(1, reset_num_timesteps=iteration == 0)
         rows |= {f"{iteration}/{key}": a for key, a in advantages(agent).items()}

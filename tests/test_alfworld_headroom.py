@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 from agent_helpers import script
@@ -20,10 +18,9 @@ def test_each_layout_names_the_module_its_subprocesses_run():
     assert headroom.LAYOUT.final_agent("gagpo-seed0") == ROOT / "runs" / "alfworld-headroom" / "gagpo-seed0" / "final"
 
 
-def test_status_lists_the_registered_order_seed_by_seed():
-    out = subprocess.run([sys.executable, "-m", "lab.studies.alfworld_headroom", "status"], cwd=ROOT,
-                         capture_output=True, text=True, timeout=120, check=True).stdout  # fmt: skip
-    steps = [line.split()[1:] for line in out.splitlines() if line.startswith("pending:")]
+def test_status_lists_the_registered_order_seed_by_seed(capsys):
+    assert script("lab.studies.alfworld_headroom").main(["status"]) == 0
+    steps = [line.split()[1:] for line in capsys.readouterr().out.splitlines() if line.startswith("pending:")]
     trains = [(arm, int(seed)) for what, arm, seed in steps if what == "train"]
     assert trains == sorted(trains, key=lambda t: t[1]) and len(trains) <= 25
 

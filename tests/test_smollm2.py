@@ -24,7 +24,7 @@ SMALL: dict[str, Any] = {
     "history_length": 0, "max_new_tokens": 10, "max_prompt_tokens": 400, "env_kwargs": {"max_episode_steps": 1},
 }  # fmt: skip
 
-BF16 = {**SMALL, "group_size": 2, "minibatch_size": 2, "n_epochs": 1, "max_prompt_tokens": 64, "max_new_tokens": 4}
+BF16 = {**SMALL, "group_size": 2, "minibatch_size": 2, "n_epochs": 1, "max_prompt_tokens": 48, "max_new_tokens": 4}
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +40,7 @@ def first_observations(agent: GAGPOAgent) -> tuple[list[str], list[dict]]:
 @pytest.mark.parametrize("mode", ["choose", "generate"])
 def test_lora_gradient_checkpointing_bf16(smollm2: Path, tmp_path: Path, mode: str) -> None:
     # The entropy bonus guarantees a gradient in one short episode; the KL term uses the adapter-disabled base. One
-    # group of two, one epoch and 64-token prompts (the 166-token prompt overflows: the lake is cut and the prompt
+    # group of two, one epoch and 48-token prompts (the 166-token prompt overflows: the lake is cut and the prompt
     # keeps its end, the task, the admissible actions and the answer's start): bf16 matmuls are emulated on CPUs
     # without native bf16 (minutes per epoch at the full prompt). The test checks the mechanics, not the play.
     agent = GAGPOAgent(ENV, model=str(smollm2), action_mode=mode, lora_r=8, gradient_checkpointing=True,
