@@ -191,8 +191,7 @@ class GAGPOAgent:
         if self._rollout is None:
             self._rollout = RolloutCollector(
                 self.env, self.policy, self.prompts, self.buffer, self.config, self.rollout_dist,
-                num_groups=self.num_groups,
-                env_id=self.env_id,
+                num_groups=self.num_groups, env_id=self.env_id,
             )  # fmt: skip
         return self._rollout
 

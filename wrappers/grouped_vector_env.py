@@ -431,8 +431,6 @@ class GroupedVectorEnv(VectorEnv):
         """
         if len(actions) != self.num_envs:
             raise ValueError(f"expected {self.num_envs} actions (one per sub-env), got {len(actions)}")
-        if self._failed:
-            raise RuntimeError("a sub-env failed in the last reset or step: call reset() before stepping again")
         idx = np.flatnonzero(self.active)
         return self.step_receive(self.step_send(idx, [actions[i] for i in idx]))
 
