@@ -422,10 +422,6 @@ class GAGPOConfig:
         check(self.rollout_is_cap >= 1, f"rollout_is_cap must be >= 1, got {self.rollout_is_cap}")
         check(self.max_staleness >= 0, f"max_staleness must be >= 0, got {self.max_staleness}")
         check(
-            not (self.overlap and self.backend == "vllm"),
-            "overlap=True samples with a frozen copy of the trainer's weights; backend='vllm' is not supported with it",
-        )
-        check(
             0 < self.vllm_gpu_memory_utilization <= 1,
             f"vllm_gpu_memory_utilization must be in (0, 1], got {self.vllm_gpu_memory_utilization}",
         )

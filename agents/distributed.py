@@ -83,6 +83,7 @@ class Distributed:
         threads never share a group, so each group's collectives keep one order on every rank. Every rank must
         call it, at the same point (it creates the group)."""
         view = copy.copy(self)
+        view.sharded = []  # that thread acts with a whole copy of the weights (agents.overlap), never the shards
         if self.enabled:
             view.group = torch.distributed.new_group(backend="gloo")
         return view
@@ -186,6 +187,13 @@ class Distributed:
         from accelerate.utils import gather_object  # accelerate is there: self.enabled
 
         return gather_object([obj])
+
+    def full_state(self, model: nn.Module) -> dict[str, torch.Tensor]:
+        """Whole weights of this rank's own, on the model's device: a copy, or under FSDP2 gathered from every
+        rank's shards (every rank must call, from the thread that owns the default group's collectives)."""
+        if not self.sharded:
+            return {k: v.detach().clone() for k, v in model.state_dict().items()}
+        return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True))
 
     def model_state(self, model: nn.Module) -> dict[str, torch.Tensor] | None:
         """The model's full state dict (gathered from FSDP shards, every rank must call); None when not sharded."""

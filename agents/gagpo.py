@@ -108,11 +108,6 @@ class GAGPOAgent:
         self.dist = Distributed(fsdp=c.fsdp)
         if c.backend == "vllm" and self.dist.world_size > 1:
             raise ValueError("backend='vllm' runs one engine in one process: launch a single process (or use 'hf')")
-        if c.overlap and self.dist.fsdp:
-            raise ValueError(
-                "overlap=True acts with a whole copy of the weights beside the update; under FSDP2 each rank holds "
-                "a shard: train with fsdp=False (DDP overlaps, each rank its own), or with overlap=False"
-            )
         # The main thread's collectives (the rollout's sums and gathers, the update's plan) on a group of their own
         # under overlap: the update thread's DDP all-reduces use the default group at the same time.
         self.rollout_dist = self.dist.side_channel() if c.overlap and self.dist.enabled else self.dist
@@ -137,6 +132,9 @@ class GAGPOAgent:
         self.reference_core = PolicyCore(self.reference) if self.reference is not None else None
         self.precision = self.policy.precision
         self.prompts = prompt_builder(self.policy.tokenizer, c)
+        #: The update beside the next rollout (``overlap``): its thread, the weights' versions, the acting copy
+        #: (copied here, before the trainer's weights are wrapped or sharded).
+        self.pipeline = UpdatePipeline(self.policy, c.max_staleness, threads) if c.overlap else None
         self.policy.forward_core = self.dist.prepare(self.policy.core)
         params = [p for p in self.policy.forward_core.parameters() if p.requires_grad]
         # Fused: one kernel over all parameters (on a CPU, SmolLM2's 135M: the first step 16 s -> 1 s, then 0.95 s
@@ -146,8 +144,6 @@ class GAGPOAgent:
         self.update = PolicyUpdate(self.policy, self.optimizer, c, self.dist, self.reference_core)
         self.dist.first_forward(self.update.zero_loss)
         self.buffer = GroupRolloutBuffer(c)
-        #: The update beside the next rollout (``overlap``): its thread, the weights' versions, the acting copy.
-        self.pipeline = UpdatePipeline(self.policy, c.max_staleness, threads) if c.overlap else None
         self._log_interval = 1
         # One writer per log folder: under a launch every rank runs this, the main process logs.
         self.set_logger(default_logger(self.verbose, log_dir if self.dist.is_main else None))
@@ -448,7 +444,7 @@ class GAGPOAgent:
             pipe.versions.clear()
             pipe.acting_version = None
         if pipe.versions.get(self.iteration) is None:
-            pipe.versions.publish(self.iteration, self.policy.core)
+            pipe.versions.publish(self.iteration, self.dist.full_state(self.policy.core))
         own_threads = torch.get_num_threads()
         torch.set_num_threads(pipe.rollout_threads)
         rollout = self.iteration  # the next rollout's index (no update is in flight between learn() calls)
@@ -469,7 +465,7 @@ class GAGPOAgent:
                     self.num_timesteps = start_timesteps
                     self.settle()
                     raise
-                metrics.record("time/weight_sync_s", acting.release_engine())
+                metrics.record("time/weight_sync_s", pipe.sync_s)
                 metrics.record("time/rollout_s", time.perf_counter() - t1)
                 metrics.record("time/rollout_wait_s", waited)
                 metrics.record("overlap/staleness", rollout - version)  # every group of a rollout: one version
@@ -490,6 +486,7 @@ class GAGPOAgent:
             self.settle()
         finally:
             torch.set_num_threads(own_threads)
+            pipe.hand_back(self.policy)
             if not pipe.pending:
                 pipe.close()
 
@@ -504,7 +501,7 @@ class GAGPOAgent:
         logs |= self.update.run(plan)
         logs["time/update_s"] = time.perf_counter() - t1
         assert self.pipeline is not None
-        self.pipeline.versions.publish(version, self.policy.core)
+        self.pipeline.versions.publish(version, self.dist.full_state(self.policy.core))
         return logs
 
     def finish_updates(self, done: Any = None) -> None:

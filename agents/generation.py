@@ -118,17 +118,22 @@ def sample_responses(
 class GenerationBackend(Protocol):
     """What a generation engine provides: sampled response ids with their log-probs, and weight sync.
 
-    An engine with its own copy of the weights syncs them at its first ``generate`` after ``release`` (the agent
-    calls it once per iteration, between the rollout and the update) and reports the time in ``last_sync_s``.
+    An engine with its own copy of the weights (``own_weights``) syncs them at its first ``generate`` after
+    ``release`` (the agent calls it once per iteration, between the rollout and the update) and reports the time in
+    ``last_sync_s``. ``serve(model)`` names the model whose weights it generates with from then on: the trainer's,
+    or the acting copy's under ``overlap``, which shares such an engine rather than starting a second one.
     """
 
     last_sync_s: float
+    own_weights: bool
 
     def generate(
         self, prompts: list[list[int]], *, max_new_tokens: int, temperature: float, greedy: bool, seeds: list[int]
     ) -> tuple[list[list[int]], list[np.ndarray]]: ...
 
     def sync_weights(self, model: nn.Module) -> None: ...
+
+    def serve(self, model: nn.Module) -> None: ...
 
     def release(self) -> None: ...
 
@@ -137,12 +142,16 @@ class HFGenerationBackend:
     """Sampling with :func:`sample_responses` on the training model itself (no weight copy to sync)."""
 
     last_sync_s = 0.0
+    own_weights = False
 
     def __init__(self, model: nn.Module, tokenizer, precision: Precision) -> None:
         self.model, self.tokenizer, self.precision = model, tokenizer, precision
         self.stop_ids = eos_token_ids(model, tokenizer)
 
     def sync_weights(self, model: nn.Module) -> None:
+        self.model = model
+
+    def serve(self, model: nn.Module) -> None:
         self.model = model
 
     def release(self) -> None:

@@ -14,7 +14,6 @@ drives them, with callbacks and the logger, is :meth:`agents.gagpo.GAGPOAgent.le
 
 from __future__ import annotations
 
-import copy
 import threading
 import time
 from collections import deque
@@ -26,7 +25,7 @@ from typing import Any
 import torch
 
 from agents.buffer import Row
-from agents.policy import LLMPolicy, PolicyCore
+from agents.policy import LLMPolicy
 
 #: Estimators whose advantages compare rows within (group, state) sets: the overlap logs how many sets mix versions.
 STATE_SET_ESTIMATORS = ("gagpo", "gigpo")
@@ -62,9 +61,9 @@ class Versions:
         self.states: dict[int, dict[str, torch.Tensor]] = {}
         self.lock = threading.Lock()
 
-    def publish(self, version: int, core: PolicyCore) -> None:
-        """Copy the trainer's weights as ``version`` (called by the thread that just made them)."""
-        state = {k: v.detach().clone() for k, v in core.state_dict().items()}
+    def publish(self, version: int, state: dict[str, torch.Tensor]) -> None:
+        """Keep ``state``, whole weights of the trainer's own (:meth:`agents.distributed.Distributed.full_state`,
+        taken by the thread that just made them), as ``version``."""
         with self.lock:
             self.states[version] = state
 
@@ -93,17 +92,21 @@ class Versions:
 
 
 class UpdatePipeline:
-    """One worker thread running updates in order, the versions they publish and the rollout's acting copy."""
+    """One worker thread running updates in order, the versions they publish and the rollout's acting copy.
+
+    Made before the trainer's weights are wrapped (DDP) or sharded (FSDP2): the acting copy is a whole, plain copy
+    of the policy, which loads each version's weights (gathered whole on every rank under FSDP2)."""
 
     def __init__(self, policy: LLMPolicy, max_staleness: int, threads: int) -> None:
-        self.policy, self.max_staleness = policy, max_staleness
+        self.max_staleness = max_staleness
         self.rollout_threads, self.update_threads = thread_split(threads)
         self.versions = Versions()
         self.pending: deque[Pending] = deque()
         self.failed = threading.Event()  # an update raised: the ones queued behind it must not run
         self._executor: ThreadPoolExecutor | None = None
-        self._acting: LLMPolicy | None = None
+        self._acting = policy.acting_copy()
         self.acting_version: int | None = None
+        self.sync_s = 0.0  # the last version change's load into the acting copy (and its engine's sync)
 
     # ----- versions ----------------------------------------------------------------------------------------
     def behaviour_version(self, rollout: int) -> int:
@@ -113,19 +116,26 @@ class UpdatePipeline:
         return max(rollout - self.max_staleness, first)
 
     def acting(self, version: int) -> LLMPolicy:
-        """The rollout's policy holding ``version``'s weights: a copy of the trainer's, loaded once per version."""
+        """The rollout's policy holding ``version``'s weights, loaded once per version. A generation engine with
+        weights of its own (vLLM) syncs them here, in the rollout's thread, before the rollout's first generation:
+        it never generates with half-synced weights, and never syncs twice for one version."""
         state = self.versions.get(version)
         assert state is not None, f"version {version} was not published"
-        if self._acting is None:  # the tokenizer is shared; everything else (weights, caches) is the copy's own
-            memo: dict[int, Any] = {id(self.policy.tokenizer): self.policy.tokenizer}
-            if self.policy.forward_core is not self.policy.core:  # the trainer's DDP wrapper: not the copy's
-                memo[id(self.policy.forward_core)] = None
-            self._acting = copy.deepcopy(self.policy, memo=memo)
-            self._acting.forward_core = self._acting.core
+        self.sync_s = 0.0
         if self.acting_version != version:
+            t0 = time.perf_counter()
             self._acting.core.load_state_dict(state)
+            self._acting.backend.sync_weights(self._acting.model)
             self.acting_version = version
+            self.sync_s = time.perf_counter() - t0
         return self._acting
+
+    def hand_back(self, policy: LLMPolicy) -> None:
+        """learn() is over: an engine the acting copy shared (vLLM) serves the trainer's weights again (predict,
+        evaluate), and the next rollout's version is synced to it afresh."""
+        if policy.backend.own_weights:
+            policy.backend.serve(policy.model)
+            self.acting_version = None
 
     # ----- the worker ----------------------------------------------------------------------------------------
     def submit(self, job: Callable[[], dict[str, float]], pending: Pending) -> None:

@@ -22,10 +22,11 @@ so a 150k-token vocabulary costs one chunk of memory, not one row per token.
 from __future__ import annotations
 
 import contextlib
+import copy
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -475,6 +476,22 @@ class LLMPolicy(nn.Module):
                 raise ValueError("act() needs seeds or an rng to sample")
             seeds = [] if rng is None else rng.integers(2**63 - 1, size=len(prompts)).tolist()
         return self.actions.act(prompts, admissible, list(seeds), deterministic)
+
+    def acting_copy(self) -> LLMPolicy:
+        """A policy to act with beside the trainer (``overlap``): weights, caches and sampler of its own, on the
+        policy's device; the tokenizer is shared, and so is a generation engine that keeps its own weights (vLLM):
+        one engine, which then serves the copy's weights (:meth:`GenerationBackend.serve`)."""
+        memo: dict[int, Any] = {id(self.tokenizer): self.tokenizer}
+        if self.forward_core is not self.core:  # the trainer's DDP wrapper: not the copy's
+            memo[id(self.forward_core)] = None
+        if self.backend.own_weights:
+            memo[id(self.backend)] = self.backend
+        twin = copy.deepcopy(self, memo=memo)
+        twin.forward_core = twin.core
+        twin.core.to(self.device)  # built on the CPU for FSDP2 (which moves each unit as it shards it)
+        if twin.backend.own_weights:
+            twin.backend.serve(twin.model)
+        return twin
 
     @torch.no_grad()
     def release_engine(self) -> float:

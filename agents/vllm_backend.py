@@ -124,6 +124,7 @@ class VLLMGenerationBackend:
             )
         self.model, self.tokenizer = model, tokenizer
         self.stop_ids = eos_token_ids(model, tokenizer)
+        self.own_weights = True
         self.sleeps = cuda  # sleep mode is a CUDA feature
         self.stale, self.asleep = True, False
         self.last_sync_s = 0.0
@@ -166,6 +167,10 @@ class VLLMGenerationBackend:
         self.llm.reset_prefix_cache()
         self.stale = False
         self.last_sync_s = time.perf_counter() - started
+
+    def serve(self, model: nn.Module) -> None:
+        """Generate with ``model``'s weights from now on, synced at the next generation."""
+        self.model, self.stale = model, True
 
     def release(self) -> None:
         """Between a rollout and the update: the engine's weights go stale; on CUDA it frees its memory."""

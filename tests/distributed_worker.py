@@ -9,7 +9,8 @@ Each rank writes its rows' advantages keyed by (iteration, group, member, step) 
 after the second update is saved to OUT/agent (under FSDP: gathered from the shards). ``--resume`` also saves the
 agent after the first update to OUT/mid, loads it in the same launch (under FSDP: resharded, the optimizer state
 set from the saved full state), trains the second iteration again and saves that to OUT/resumed. ``--overlap``: the
-update in a thread beside the next rollout (staleness 1: the second rollout is played by the first weights).
+update in a thread beside the next rollout (staleness 1: the second rollout is played by the first weights); under
+a launch the same run is then made again with FSDP2 (``--overlap`` without ``--fsdp``: DDP first) into OUT/fsdp.
 """
 
 from __future__ import annotations
@@ -24,6 +25,13 @@ from agents import GAGPOAgent  # noqa: E402
 
 
 def main(out: Path, fsdp: bool, generate: bool, resume: bool = False, overlap: bool = False) -> None:
+    launched = train(out, fsdp, generate, resume, overlap)
+    if overlap and launched and not fsdp:  # FSDP2 overlaps too: the acting copy loads whole weights gathered
+        train(out / "fsdp", True, generate, False, True)
+
+
+def train(out: Path, fsdp: bool, generate: bool, resume: bool, overlap: bool) -> bool:
+    """One run (see the module's docstring); True under a launch."""
     out.mkdir(parents=True, exist_ok=True)
     mode = {"action_mode": "generate", "max_new_tokens": 6} if generate else {}  # generate: the sampler runs first
     agent = GAGPOAgent(
@@ -46,11 +54,6 @@ def main(out: Path, fsdp: bool, generate: bool, resume: bool = False, overlap: b
                 rows.update({f"{done}/{key}": a for key, a in advantages(agent).items()})
 
         agent.learn(10**9, max_iterations=2, callback=Rows())
-        if agent.dist.enabled:  # FSDP2 shards the weights the acting copy needs whole: refused before any model
-            try:
-                GAGPOAgent("gagpo_gym/FrozenLake-v0", fsdp=True, overlap=True, tiny_hidden_size=32, verbose=0)
-            except ValueError as err:
-                (out / f"refused_{agent.dist.rank}.txt").write_text(str(err))
     for iteration in range(0 if overlap else 2):  # the second rollout is played by the updated policy
         agent.learn(1, reset_num_timesteps=iteration == 0)
         rows |= {f"{iteration}/{key}": a for key, a in advantages(agent).items()}
@@ -64,6 +67,7 @@ def main(out: Path, fsdp: bool, generate: bool, resume: bool = False, overlap: b
         resumed = GAGPOAgent.load(out / "mid", verbose=0)
         resumed.learn(1, reset_num_timesteps=False)
         resumed.save(out / "resumed")
+    return agent.dist.enabled
 
 
 def advantages(agent: GAGPOAgent) -> dict[str, float]:

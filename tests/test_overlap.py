@@ -5,6 +5,7 @@ no hang, and a boundary that saves and resumes exactly."""
 
 from __future__ import annotations
 
+import copy
 import faulthandler
 import json
 import math
@@ -24,7 +25,8 @@ from stable_baselines3.common.callbacks import BaseCallback
 
 from agents import GAGPOAgent
 from agents.buffer import Row
-from agents.overlap import mixed_version_sets, thread_split
+from agents.generation import HFGenerationBackend
+from agents.overlap import UpdatePipeline, mixed_version_sets, thread_split
 
 ROOT = Path(__file__).resolve().parents[1]
 #: The last commit before the overlap: its learn() is the reference the default path must still equal bit for bit.
@@ -187,6 +189,63 @@ def test_mixed_version_sets_and_thread_split() -> None:
     assert mixed_version_sets([row(0, 1, 0), row(0, 1, 0), row(1, 1, 1)]) == 0
     assert mixed_version_sets([row(0, 1, 0), row(0, 1, 1), row(0, 2, 1)]) == 1
     assert thread_split(2) == (1, 1) and thread_split(1) == (1, 1) and thread_split(5) == (2, 3)
+
+
+# ----- an engine with weights of its own (vLLM's protocol) ------------------------------------------------------
+class CopyEngine(HFGenerationBackend):
+    """A generation engine that keeps weights of its own, as vLLM's does (``own_weights``): it samples with a copy
+    loaded at each sync, the first generation after ``serve`` or ``release``. It records what each sync loaded.
+    (vLLM's own engine under overlap: tests/test_vllm_backend.py, ``make test-vllm``.)"""
+
+    own_weights = True
+
+    def __init__(self, policy: Any) -> None:
+        super().__init__(copy.deepcopy(policy.model), policy.tokenizer, policy.precision)
+        self.source, self.stale, self.syncs = policy.model, True, []
+
+    def sync_weights(self, model: torch.nn.Module) -> None:
+        self.source = model
+        self.model.load_state_dict(model.state_dict())
+        self.stale = False
+        self.syncs.append({k: v.detach().clone() for k, v in model.state_dict().items()})
+
+    def serve(self, model: torch.nn.Module) -> None:
+        self.source, self.stale = model, True
+
+    def release(self) -> None:
+        self.stale = True
+
+    def generate(self, prompts, **kwargs):
+        if self.stale:
+            self.sync_weights(self.source)
+        return super().generate(prompts, **kwargs)
+
+
+def test_an_engine_with_weights_of_its_own_syncs_each_version_once_and_trains_as_sampling_on_them() -> None:
+    """backend='vllm' with overlap: the acting copy shares the engine, which syncs each version once, in the rollout's
+    thread before its first generation, and samples exactly what sampling on that version's weights does; after
+    learn() it serves the trainer's weights again (predict). Generate mode, staleness 1, three iterations."""
+    config = dict(overlap=True, action_mode="generate", max_new_tokens=6, history_length=1)
+    plain, plain_logs = learned(**config)
+    agent = GAGPOAgent("gagpo_gym/Maze-v0", **{**SMALL, **config})
+    engine = CopyEngine(agent.policy)
+    agent.policy.backend = engine
+    agent.pipeline = UpdatePipeline(agent.policy, agent.config.max_staleness, 1)  # its acting copy shares the engine
+    versions: dict[int, dict[str, torch.Tensor]] = {}
+    publish = agent.pipeline.versions.publish
+    agent.pipeline.versions.publish = lambda v, state: (versions.setdefault(v, state), publish(v, state))[-1]
+    logs = capture_logs(agent)
+    agent.learn(10**6, max_iterations=3)
+    assert same_weights(weights(plain), weights(agent))  # the same samples, so the same training
+    assert untimed(logs.dumps) == untimed(plain_logs)
+    # rollouts 0, 1, 2 acted with versions 0, 0, 1: two syncs, each of its version's weights
+    assert len(engine.syncs) == 2
+    model_of = {v: {k.removeprefix("model."): t for k, t in state.items()} for v, state in versions.items()}
+    assert all(same_weights(engine.syncs[i], model_of[v]) for i, v in enumerate([0, 1]))
+    assert engine.source is agent.policy.model and engine.stale  # handed back to the trainer
+    panel = agent.evaluate(n_tasks=2, episodes=True)  # greedy, through the engine
+    assert panel["episodes"] == plain.evaluate(n_tasks=2, episodes=True)["episodes"]
+    assert len(engine.syncs) == 3 and same_weights(engine.syncs[-1], weights(agent))
 
 
 # ----- faults: one error, no hang, a boundary that holds -------------------------------------------------------

@@ -129,6 +129,29 @@ def test_smollm2_lora_vllm_matches_hf_before_and_after_learning(vllm, smollm2: P
           f"log-prob gap {record['rollout/logp_gap_max']:.2e}")  # fmt: skip
 
 
+@pytest.mark.vllm
+@pytest.mark.parametrize("staleness", [0, 1])
+def test_tiny_model_vllm_with_overlap_syncs_each_version_once(vllm, staleness: int) -> None:
+    """overlap=True: one engine, shared by the acting copy, synced once per version before that rollout's first
+    generation. Staleness 0: every rollout is sampled by exactly the weights its update starts from (the engine's
+    log-probs equal the trainer's recomputed ones). Staleness 1: rollouts 0, 1, 2 act with versions 0, 0, 1 (two
+    syncs). After learn() the engine serves the trainer's weights again."""
+    agent = GAGPOAgent(ENV, tiny_heads=2, learning_rate=1e-2, overlap=True, max_staleness=staleness, **SMALL)
+    capture = Capture()
+    agent.set_logger(Logger(folder=None, output_formats=[capture]))
+    agent.learn(10**6, max_iterations=3)
+    assert [r["overlap/staleness"] for r in capture.dumps] == [0, min(1, staleness), min(1, staleness)]
+    synced = [r["time/weight_sync_s"] > 0 for r in capture.dumps]
+    assert synced == ([True, True, True] if staleness == 0 else [True, False, True])
+    if staleness == 0:
+        assert all(r["rollout/logp_gap_max"] < 1e-4 for r in capture.dumps)
+    policy = agent.policy
+    prompts = prompts_of(agent)
+    hf = HFGenerationBackend(policy.model, policy.tokenizer, policy.precision)
+    assert greedy_texts(agent, policy.backend, prompts) == greedy_texts(agent, hf, prompts)
+    assert max_logp_gap(agent, prompts, list(range(100, 100 + len(prompts)))) < 1e-4
+
+
 class EnvSteps(BaseCallback):
     """Every env step of the rollout: (sub-env, task id, the model's text, the observation the env returned)."""
 
