@@ -82,3 +82,41 @@ def test_the_pages_quote_the_generated_tables(page: str, arms: tuple[str, ...]):
 
     table = markdown_table(corrections.summary_rows(corrections.load_runs(RESULTS / "runs"), arms))
     assert table in (RESULTS.parents[1] / page).read_text()
+
+
+def test_the_overlap_equivalence_page_compares_on_and_off_by_hand(tmp_path: Path):
+    """lab/studies/overlap_equivalence.py on three made-up seeds: each run's final success, AUC and steps to the
+    bar (censored at the budget) from its curve, and on - off with Welch's 95% t interval computed here."""
+    import json
+
+    from lab.studies import overlap_equivalence as eq
+
+    def run(label: str, seed: int, successes: list[float]) -> dict:
+        curve = [{"steps": 2000 * i, "success": s} for i, s in enumerate(successes)]
+        return {"label": label, "seed": seed, "curve": curve, "train_s": 100.0}
+
+    off = {0: [0.70, 0.74, 0.76], 1: [0.70, 0.72, 0.73], 2: [0.70, 0.77, 0.80]}
+    on = {0: [0.70, 0.73, 0.79], 1: [0.70, 0.76, 0.78], 2: [0.70, 0.71, 0.74]}
+    payload = {
+        "env_id": "gagpo_gym/MiniHouse-v0", "env_kwargs": {"size": "full"}, "bar": 0.75, "eval": "greedy",
+        "budget": {"total_steps": 4000, "eval_every": 2000, "eval_tasks": 100},
+        "runs": [run(eq.OFF, s, c) for s, c in off.items()] + [run(eq.ON, s, c) for s, c in on.items()],
+    }  # fmt: skip
+    (tmp_path / "runs.json").write_text(json.dumps(payload))
+    assert eq.main([str(tmp_path)]) == 0
+    page = (tmp_path / "equivalence.md").read_text()
+    seed1 = eq.measures(payload["runs"][1], 0.75)
+    assert seed1 == {"final success": 0.73, "AUC": pytest.approx(2.15 / 3), "steps to bar": 4000.0}  # censored
+    assert eq.measures(payload["runs"][0], 0.75)["steps to bar"] == 4000.0  # 0.76 first at 4000
+    assert (
+        eq.measures(payload["runs"][3], 0.75)["steps to bar"] == 4000.0
+        and eq.measures(run(eq.ON, 9, [0.7, 0.8, 0.7]), 0.75)["steps to bar"] == 2000.0
+    )
+    a, b = [0.79, 0.78, 0.74], [0.76, 0.73, 0.80]
+    va, vb = (sum((x - sum(v) / 3) ** 2 for x in v) / 2 for v in (a, b))
+    se = math.sqrt(va / 3 + vb / 3)
+    df = se**4 / ((va / 3) ** 2 / 2 + (vb / 3) ** 2 / 2)
+    diff = sum(a) / 3 - sum(b) / 3
+    half = t_quantile(0.975, df) * se
+    assert f"| final success | {diff:+.3f} | [{diff - half:+.3f}, {diff + half:+.3f}] | {df:.1f} |" in page
+    assert "no difference detected" in page and "| gagpo overlap seed 2 | 0.740 |" in page
