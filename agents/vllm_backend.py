@@ -18,6 +18,7 @@ source of truth), and the agent logs the largest gap (``rollout/logp_gap_max``).
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import tempfile
 import time
@@ -133,6 +134,11 @@ class VLLMGenerationBackend:
         model.config.save_pretrained(self._folder.name)
         tokenizer.save_pretrained(self._folder.name)
         threads = torch.get_num_threads()  # vLLM sets its own for serving; the trainer keeps the agent's
+        # An earlier engine of this process that is garbage but not yet collected (an agent in a reference cycle,
+        # or objects vLLM's engine start froze out of the collector's reach) would, when collected later, tear down
+        # vLLM's process-wide parallel groups under this one: collect it now.
+        gc.unfreeze()
+        gc.collect()
         self.llm = vllm.LLM(
             model=self._folder.name,
             load_format="dummy",
