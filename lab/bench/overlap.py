@@ -10,15 +10,15 @@ off gives all of it to the one loop, on splits it between the rollout's thread a
 (:func:`agents.overlap.thread_split`). Agent construction is not timed; the first iteration is (the pipeline's
 fill: its rollout has no update beside it).
 
-A third row runs the sequential loop on one thread: on a busy machine one OpenMP thread can beat two, and the
-speedup over that row is the overlap's own. Printed per mode (medians over the repeats): env steps/s (env steps of
-learn() over its wall time) and the share of the wall time each stage waits. Off: the rollout waits while the
-recompute and update run, the update while the rollout runs. On: the rollout waits when the version it must act
-with is not out yet (``time/rollout_wait_s``); the update thread waits when it has no rollout to train on (1 - its
-busy time, ``time/update_thread_s``, over the wall time). ``load`` is the machine's 1-minute load average at the
-start and the end: the numbers are only comparable on a quiet machine. Settings: ``minihouse-small`` (MiniHouse
-``{"size": "small"}``, tiny model, choose mode), ``alfworld-train`` (ALFWorld's train split, tiny model; needs
-``ALFWORLD_DATA``), ``smollm2-generate`` (SmolLM2-135M-Instruct in generate mode, from
+A last row runs the sequential loop on one thread (``--no-one-thread`` leaves it out): on a busy machine one OpenMP
+thread can beat two, and the speedup over that row is the overlap's own. Printed per mode (medians over the repeats):
+env steps/s (env steps of learn() over its wall time) and the share of the wall time each stage waits. Off: the
+rollout waits while the recompute and update run, the update while the rollout runs. On: the rollout waits when the
+version it must act with is not out yet (``time/rollout_wait_s``); the update thread waits when it has no rollout to
+train on (1 - its busy time, ``time/update_thread_s``, over the wall time). ``load`` is the machine's 1-minute load
+average at the start and the end: the numbers are only comparable on a quiet machine. Settings: ``minihouse-small``
+(MiniHouse ``{"size": "small"}``, tiny model, choose mode), ``alfworld-train`` (ALFWorld's train split, tiny model;
+needs ``ALFWORLD_DATA``), ``smollm2-generate`` (SmolLM2-135M-Instruct in generate mode, from
 ``.cache/smollm2-135m-instruct``: ``python scripts/fetch_smollm2.py``).
 """
 
@@ -95,6 +95,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=2, help="torch threads of each mode, all in all")
     parser.add_argument("--num-groups", type=int, default=None, help="rollout groups (default: the setting's)")
     parser.add_argument("--group-size", type=int, default=None, help="episodes per group (default: the setting's)")
+    parser.add_argument(
+        "--one-thread", action=argparse.BooleanOptionalAction, default=True,
+        help="also run the sequential loop on one thread",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     sizes = {k: v for k, v in (("num_groups", args.num_groups), ("group_size", args.group_size)) if v is not None}
     for name in args.settings:
@@ -102,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         # (mode, torch threads): every mode on one budget, and the sequential loop on one thread beside them
         # (under CPU contention one OpenMP thread can beat two: that, not the overlap, may be the difference).
         modes = [(m, args.threads) for m in dict.fromkeys(["off", *args.modes])]
-        modes += [("off", 1)] if args.threads > 1 else []
+        modes += [("off", 1)] if args.threads > 1 and args.one_thread else []
         runs: dict[tuple[str, int], list[dict[str, float]]] = {m: [] for m in modes}
         for _ in range(args.repeats):
             for mode, threads in modes:
