@@ -118,6 +118,16 @@ def entry_lines(study: dict[str, str], name: str) -> list[str]:
     ]
 
 
+def registered_lines(name: str) -> list[str]:
+    """The entry of a learning study whose plan is committed and whose runs are not in yet."""
+    return [
+        f"### {name} (registered, running)",
+        "",
+        f"The plan: [preregistration.md](learning/{name}/preregistration.md).",
+        "",
+    ]
+
+
 def render() -> str:
     """The whole results/README.md."""
     lines = [
@@ -145,6 +155,9 @@ def render() -> str:
         "",
     ]
     for folder in sorted(p for p in (RESULTS / "learning").iterdir() if p.is_dir()):
+        if not (folder / "study.yaml").is_file() and (folder / "preregistration.md").is_file():
+            lines += registered_lines(folder.name)  # its runs are not in yet
+            continue
         if not (folder / "study.yaml").is_file():
             raise SystemExit(f"error: the learning study {folder.relative_to(ROOT)} has no study.yaml")
         for study in read_study(folder):
