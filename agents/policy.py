@@ -480,7 +480,8 @@ class LLMPolicy(nn.Module):
     def acting_copy(self) -> LLMPolicy:
         """A policy to act with beside the trainer (``overlap``): weights, caches and sampler of its own, on the
         policy's device; the tokenizer is shared, and so is a generation engine that keeps its own weights (vLLM):
-        one engine, which then serves the copy's weights (:meth:`GenerationBackend.serve`)."""
+        one engine, which syncs the copy's weights when a rollout first acts with them
+        (:meth:`agents.overlap.UpdatePipeline.acting`) and serves the trainer's until then."""
         memo: dict[int, Any] = {id(self.tokenizer): self.tokenizer}
         if self.forward_core is not self.core:  # the trainer's DDP wrapper: not the copy's
             memo[id(self.forward_core)] = None
@@ -489,8 +490,6 @@ class LLMPolicy(nn.Module):
         twin = copy.deepcopy(self, memo=memo)
         twin.forward_core = twin.core
         twin.core.to(self.device)  # built on the CPU for FSDP2 (which moves each unit as it shards it)
-        if twin.backend.own_weights:
-            twin.backend.serve(twin.model)
         return twin
 
     @torch.no_grad()

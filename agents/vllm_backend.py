@@ -104,6 +104,8 @@ class VLLMGenerationBackend:
         seed: the engine's seed (each request also carries its own).
     """
 
+    own_weights = True
+
     def __init__(
         self,
         model: nn.Module,
@@ -125,7 +127,6 @@ class VLLMGenerationBackend:
             )
         self.model, self.tokenizer = model, tokenizer
         self.stop_ids = eos_token_ids(model, tokenizer)
-        self.own_weights = True
         self.sleeps = cuda  # sleep mode is a CUDA feature
         self.stale, self.asleep = True, False
         self.last_sync_s = 0.0
