@@ -17,21 +17,45 @@ VLLM_EXTRAS ?= dev,alfworld,peft,distributed
 
 .PHONY: venv demo test test-vllm lint bench mutate clean alfworld-train
 
-venv: $(VENV)/.installed
+# The base install and ALFWorld's two C/C++ sdists (below) build side by side: `make venv` runs its steps with -j3.
+venv:
+	$(MAKE) -j3 $(VENV)/.installed
+
+# pip byte-compiles every module it installs (about 22,000 files with the extras: a minute of CPU); --no-compile
+# leaves it to the first import, which compiles only the modules a run imports.
+PIP_INSTALL := -m pip install -q --no-compile
 
 # The base install, all that `make demo` needs: CPU torch first (`torch==2.13.0` resolves to a local CPU wheel where
 # one is offered; elsewhere plain torch), then the package (editable) with its base dependencies.
 $(VENV)/.installed-base: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip setuptools wheel
-	$(PY) -m pip install -q "torch==2.13.0" || $(PY) -m pip install -q "torch>=2.6,<2.15"
-	$(PY) -m pip install -q -e .
+	$(PY) $(PIP_INSTALL) --upgrade pip setuptools wheel
+	$(PY) $(PIP_INSTALL) "torch==2.13.0" || $(PY) $(PIP_INSTALL) "torch>=2.6,<2.15"
+	$(PY) $(PIP_INSTALL) -e .
 	touch $@
 
-# Everything the tests use: the extras on top (ALFWorld builds two C/C++ sdists, about 4 minutes).
-$(VENV)/.installed: $(VENV)/.installed-base
-	$(PY) -m pip install -q -e ".[$(EXTRAS)]"
+# Everything the tests use: the extras on top. ALFWorld's extra brings two sdists that compile C/C++ (fast-downward's
+# planner, Jericho's Z-machine; about 3 minutes on 2 cores, most of the extras' install): they are built into wheels
+# in .cache/wheels while the base install runs, each in its own job, and the extras' install takes them from there.
+# A resolver that picks other versions than these builds its own from source, as before: slower, never wrong.
+WHEELS := .cache/wheels
+SDIST_VENV := .cache/sdist-venv
+$(VENV)/.installed: $(VENV)/.installed-base $(WHEELS)/fast-downward.built $(WHEELS)/jericho.built
+	$(PY) $(PIP_INSTALL) --find-links $(WHEELS) -e ".[$(EXTRAS)]"
 	touch $@
+
+$(SDIST_VENV)/.installed:
+	$(PYTHON) -m venv $(SDIST_VENV)
+	touch $@
+
+# fast-downward's setup.py runs a bare `python build.py`: the build venv's bin first on PATH names its python.
+$(WHEELS)/%.built: $(SDIST_VENV)/.installed
+	PATH="$(abspath $(SDIST_VENV))/bin:$$PATH" $(SDIST_VENV)/bin/python -m pip wheel -q --no-deps \
+		-w $(WHEELS) "$(SDIST_$*)"
+	touch $@
+
+SDIST_fast-downward := fast-downward-textworld==20.6.4
+SDIST_jericho := jericho==3.3.1
 
 demo: $(VENV)/.installed-base
 	$(PY) scripts/demo.py

@@ -17,6 +17,7 @@ from safetensors import safe_open
 
 from agents import GAGPOAgent
 from agents.config import CLIP_CHOOSE, CLIP_GENERATE, GAGPOConfig
+from agents.evaluation import info_at
 from agents.generation import sample_responses
 from agents.loss import k3_kl
 
@@ -61,18 +62,31 @@ def test_bf16_compute_trains_fp32_master_weights_that_move_at_the_default_lr(che
         assert q.dtype == torch.float32 and torch.equal(p, q), name
 
 
-def test_lora_adapters_are_fp32_on_a_frozen_bf16_base(checkpoint: Path) -> None:
-    agent = GAGPOAgent(
-        ENV, model=str(checkpoint), dtype="bfloat16", action_mode="choose", lora_r=4, ent_coef=0.01, **SMALL
-    )
+@pytest.mark.parametrize("mode", ["choose", "generate"])
+def test_lora_adapters_are_fp32_on_a_frozen_bf16_base(checkpoint: Path, tmp_path: Path, mode: str) -> None:
+    """With gradient checkpointing, in both action modes; a pretrained model's run of the same (SmolLM2, choose mode,
+    its KL reference) is tests/test_smollm2.py's."""
+    agent = GAGPOAgent(ENV, model=str(checkpoint), dtype="bfloat16", action_mode=mode, lora_r=4, ent_coef=0.01,
+                       gradient_checkpointing=True, **SMALL)  # fmt: skip
+    assert agent.policy.model.is_gradient_checkpointing
     named = dict(agent.policy.model.named_parameters())
     trainable = {n for n, p in named.items() if p.requires_grad}
     assert trainable and all("lora_" in n for n in trainable)
     assert all(named[n].dtype == torch.float32 for n in trainable)
-    assert {p.dtype for n, p in named.items() if n not in trainable} == {torch.bfloat16}
+    base = {n: p.detach().clone() for n, p in named.items() if n not in trainable}
+    assert {p.dtype for p in base.values()} == {torch.bfloat16}
     lora_b = {n: p.detach().clone() for n, p in named.items() if "lora_B" in n}
     agent.learn(1)
     assert moved_share(lora_b, agent.policy.model) > 0.95
+    assert all(torch.equal(named[n], b) for n, b in base.items())  # the frozen base (the KL reference) never moves
+    obs, vector_infos = agent.env.reset(seed=11)
+    obs, infos = list(obs), [info_at(vector_infos, i) for i in range(len(obs))]
+    expected = agent.predict(obs, infos, deterministic=True)
+    agent.save(tmp_path / "agent")
+    loaded = GAGPOAgent.load(tmp_path / "agent", verbose=0)
+    assert loaded.predict(obs, infos, deterministic=True) == expected
+    loaded_named = dict(loaded.policy.model.named_parameters())
+    assert all(torch.equal(loaded_named[n], named[n]) for n in named)  # adapters fp32, base bf16, as trained
 
 
 def test_dtype_and_device_are_checked() -> None:
