@@ -13,16 +13,18 @@ expert's command; one for generate mode learns to write it, as the tagged answer
 
 from __future__ import annotations
 
+import hashlib
 import json
-import tempfile
+import shutil
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+from safetensors.torch import load_model, save_model
 
 from agents.callbacks import ProgressBar
 from agents.checkpoint import quiet_hub
@@ -160,6 +162,8 @@ def supervised_epochs(
     objective: str = "tokens",
     action_mode: str = CHOOSE,
     progress: Any = None,
+    resume: tuple[list[float], dict[str, Any]] | None = None,
+    after_epoch: Callable[[list[float], torch.optim.Optimizer], None] | None = None,
 ) -> list[float]:
     """Train on the expert's actions given their prompts; returns the mean loss per epoch.
 
@@ -176,6 +180,9 @@ def supervised_epochs(
 
     Both are computed by the policy's own packed forward. ``progress`` (an :class:`agents.callbacks.ProgressBar`)
     is advanced by the actions trained on and says the epoch and its running loss.
+
+    ``resume``: the losses of the epochs a stopped fit finished and its optimizer's state then (with ``rng`` as it
+    was then, the fit goes on as if never stopped); ``after_epoch(losses, optimizer)`` is called after every epoch.
     """
     if objective not in OBJECTIVES:
         raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
@@ -195,9 +202,12 @@ def supervised_epochs(
         distinct = [distinct_actions(cands) for cands in data.admissible]
         candidates = [[policy.action_tokens(a) for a in cands] for cands in distinct]
         expert = [cands.index(a) for a, cands in zip(data.actions, distinct)]
-    losses = []
+    losses: list[float] = []
+    if resume is not None:
+        losses = list(resume[0])
+        optimizer.load_state_dict(resume[1])
     policy.train()
-    for epoch in range(epochs):
+    for epoch in range(len(losses), epochs):
         order = rng.permutation(len(data.actions))
         total, seen = 0.0, 0
         for start in range(0, len(order), batch_size):
@@ -221,6 +231,8 @@ def supervised_epochs(
                 progress.set_description(f"warm start: epoch {epoch + 1}/{epochs}, loss {total / seen:.3f}")
                 progress.advance(len(rows))
         losses.append(total / len(order))
+        if after_epoch is not None:
+            after_epoch(losses, optimizer)
     policy.eval()
     return losses
 
@@ -396,6 +408,68 @@ def fresh_tiny(folder: str | Path, demos: Sequence[Any], seed: int, config: dict
     return str(folder)
 
 
+class ImitationProgress:
+    """Where a long imitation run stands, kept in ``<out>/progress`` after every epoch: the weights, the optimizer
+    state of the fit in progress, the numpy generator, the finished rounds and the policy's episodes so far.
+
+    Imitation on the real train split runs for hours; a stopped run started again with the same settings goes on
+    from its last finished epoch and ends as the uninterrupted run would, bit for bit (same CPU and threads). Other
+    settings are refused: their progress is not this run's. ``<out>/start`` keeps a fresh tiny model's start (its
+    tokenizer is trained on the demonstrations), so that a resumed run builds the same one.
+    """
+
+    def __init__(self, out: Path, settings: dict[str, Any]) -> None:
+        self.out = out
+        self.folder = out / "progress"
+        self.start = out / "start"
+        text = json.dumps(settings, sort_keys=True, default=str)
+        self.fingerprint = hashlib.sha256(text.encode()).hexdigest()
+
+    def _slots(self) -> list[Path]:
+        # save() swaps a complete new slot in: a stop between its two renames leaves .new and .old, both complete
+        return [self.folder, self.folder.with_name("progress.new"), self.folder.with_name("progress.old")]
+
+    def load(self, agent: GAGPOAgent, rng: np.random.Generator) -> dict[str, Any] | None:
+        """The saved state (weights loaded into ``agent``, ``rng`` set), or None where the run starts afresh."""
+        folder = next((f for f in self._slots() if (f / "state.json").is_file()), None)
+        if folder is None:
+            return None
+        state = json.loads((folder / "state.json").read_text())
+        if state["fingerprint"] != self.fingerprint:
+            raise ValueError(
+                f"{self.out} holds a stopped imitation run of other settings: remove {folder} to start this one "
+                "there, or write it elsewhere"
+            )
+        load_model(agent.policy.model, str(folder / "model.safetensors"))
+        rng.bit_generator.state = state["rng"]
+        optimizer = folder / "optimizer.pt"
+        state["optimizer"] = torch.load(optimizer, weights_only=True) if optimizer.is_file() else None
+        state["played"] = [Demonstration.from_dict(d) for d in state["played"]]
+        return state
+
+    def save(self, agent: GAGPOAgent, rng: np.random.Generator, optimizer: torch.optim.Optimizer | None,
+             **state: Any) -> None:  # fmt: skip
+        """Write the state (``rounds``, ``played``, ``current``: the round being fitted, ``elapsed``) atomically."""
+        new, current, old = self._slots()[1], self.folder, self._slots()[2]
+        shutil.rmtree(new, ignore_errors=True)
+        new.mkdir(parents=True)
+        save_model(agent.policy.model, str(new / "model.safetensors"))
+        if optimizer is not None:
+            torch.save(optimizer.state_dict(), new / "optimizer.pt")
+        state["played"] = [asdict(d) for d in state["played"]]
+        record = {"fingerprint": self.fingerprint, "rng": rng.bit_generator.state, **state}
+        (new / "state.json").write_text(json.dumps(record))
+        shutil.rmtree(old, ignore_errors=True)
+        if current.exists():
+            current.rename(old)
+        new.rename(current)
+        shutil.rmtree(old, ignore_errors=True)
+
+    def clear(self) -> None:
+        for folder in (*self._slots(), self.start):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
 def imitate(
     env: str,
     out: str | Path,
@@ -415,6 +489,7 @@ def imitate(
     dagger_episodes: int = 200,
     beta: float = 0.0,
     heldout: Sequence[int] | None = None,
+    log: Callable[[str], None] | None = None,
     **config: Any,
 ) -> dict[str, Any]:
     """Behaviour cloning on the cached expert episodes of ``seeds`` (:mod:`agents.demonstrations`), then
@@ -424,6 +499,8 @@ def imitate(
     command with probability ``beta``), the expert labels every state it reached, and the policy trains ``epochs``
     more passes on the expert's episodes and every round's so far. ``heldout``: task seeds (never in ``seeds``)
     played greedily once at the end. ``config``: agent hyperparameters (prompt settings, the tiny model's size).
+    A stopped run called again with the same arguments resumes from its last epoch (:class:`ImitationProgress`).
+    ``log`` gets a line after every epoch (the round, the epoch's loss, the run's time so far).
     """
     if objective not in OBJECTIVES:
         raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
@@ -436,31 +513,58 @@ def imitate(
     started = time.perf_counter()
     demos = read_demonstrations(demonstrations, seeds)
     config = {"choose_score": FINE_TUNE["choose_score"], **config}
-    with tempfile.TemporaryDirectory() as init:
+    settings = {
+        "env": env, "env_kwargs": env_kwargs, "demonstrations": str(Path(demonstrations).resolve()),
+        "seeds": list(seeds), "model": str(model), "expert": expert, "action_mode": action_mode,
+        "objective": objective, "epochs": epochs, "learning_rate": learning_rate, "batch_size": batch_size,
+        "seed": seed, "dagger_rounds": dagger_rounds, "dagger_episodes": dagger_episodes, "beta": beta,
+        "config": config,
+    }  # fmt: skip
+    saved = ImitationProgress(Path(out), settings)
+    start = str(model)
+    if start == "tiny":
         # A fresh tiny model's tokenizer learns the demonstrations' own text (the agent would play the env for it)
-        start = fresh_tiny(init, demos, seed, config) if str(model) == "tiny" else str(model)
-        agent = GAGPOAgent(env, start, env_kwargs=env_kwargs, seed=seed, verbose=0, action_mode=action_mode, **config)
+        if not (saved.start / PRIOR_FILE).is_file():  # fresh_tiny writes its prior.json last
+            saved.start.mkdir(parents=True, exist_ok=True)
+            fresh_tiny(saved.start, demos, seed, config)
+        start = str(saved.start)
+    agent = GAGPOAgent(env, start, env_kwargs=env_kwargs, seed=seed, verbose=0, action_mode=action_mode, **config)
     rng = np.random.default_rng(seed)
+    state = saved.load(agent, rng) or {"rounds": [], "played": [], "current": None, "elapsed": 0.0}
+    rounds: list[dict[str, Any]] = state["rounds"]
+    played: list[Demonstration] = state["played"]
+    current: dict[str, Any] = state["current"] or {}
 
-    def fit(data: Transcript) -> list[float]:
-        return supervised_epochs(
-            agent.policy, data, epochs=epochs, learning_rate=learning_rate, batch_size=batch_size, rng=rng,
-            objective=objective, action_mode=action_mode,
-        )  # fmt: skip
+    def save(optimizer: torch.optim.Optimizer | None = None, **fitting: Any) -> None:
+        elapsed = state["elapsed"] + time.perf_counter() - started
+        saved.save(agent, rng, optimizer, rounds=rounds, played=played, current=fitting or None, elapsed=elapsed)
+        if fitting and log is not None:
+            losses = fitting["losses"]
+            log(f"round {fitting['round']}, epoch {len(losses)}/{epochs}: loss {losses[-1]:.4f} "
+                f"({fitting['actions']} actions, {elapsed:.0f}s so far)")  # fmt: skip
 
-    data = transcript_of(agent, demos)
-    rounds = [{"round": 0, "episodes": len(demos), "actions": len(data.actions), "losses": fit(data)}]
-    played: list[Any] = []
-    for r in range(1, dagger_rounds + 1):
-        drawn = [int(s) for s in rng.choice(np.asarray(seeds), size=dagger_episodes, replace=False)]
-        new = policy_demonstrations(agent, drawn, expert=expert, beta=beta)
-        played += new
+    for r in range(len(rounds), dagger_rounds + 1):
+        resume = None
+        if current.get("round") == r:  # stopped within this round's fit: its episodes and finished epochs are kept
+            resume = (current.pop("losses"), state["optimizer"])
+        elif r == 0:
+            current = {"round": 0, "episodes": len(demos)}
+        else:
+            drawn = [int(s) for s in rng.choice(np.asarray(seeds), size=dagger_episodes, replace=False)]
+            new = policy_demonstrations(agent, drawn, expert=expert, beta=beta)
+            played += new
+            current = {"round": r, "episodes": len(new), "policy_success": sum(d.won for d in new) / len(new)}
         data = transcript_of(agent, demos + played)
-        rounds.append({
-            "round": r, "episodes": len(new), "policy_success": sum(d.won for d in new) / len(new),
-            "actions": len(data.actions), "losses": fit(data),
-        })  # fmt: skip
-    train_s = time.perf_counter() - started
+        current["actions"] = len(data.actions)
+        losses = supervised_epochs(
+            agent.policy, data, epochs=epochs, learning_rate=learning_rate, batch_size=batch_size, rng=rng,
+            objective=objective, action_mode=action_mode, resume=resume,
+            after_epoch=lambda losses, optimizer, fitting=current: save(optimizer, **fitting, losses=losses),
+        )  # fmt: skip
+        rounds.append({**current, "losses": losses})
+        current = {}
+        save()
+    train_s = state["elapsed"] + time.perf_counter() - started
     c = agent.config
     record: dict[str, Any] = {
         "model": str(model),
@@ -496,4 +600,5 @@ def imitate(
             "mean_length": m["mean_length"], "per_type": m["per_type"], "eval_s": time.perf_counter() - t0,
         }  # fmt: skip
     save_prior(agent, out, record)
+    saved.clear()
     return record

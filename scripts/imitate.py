@@ -16,7 +16,9 @@ command at every step (choose mode: the softmax over the admissible commands; ge
 tokens), then writes a prior folder that ``GAGPOAgent(env, model=<out>)`` and ``scripts/train.py --model`` fine-tune.
 ``dagger`` goes on from a prior: each round the policy plays ``--episodes`` tasks drawn from ``--seeds``, the expert
 labels every state it reached, and the policy trains on the expert's episodes and every round's so far. ``--heldout``
-seeds (never trained on) give the greedy success printed after training.
+seeds (never trained on) give the greedy success printed after training. A stopped ``train`` or ``dagger`` run,
+started again with the same command, goes on from its last finished epoch (its state is kept in ``<out>/progress``
+until the prior is written) and writes the prior the uninterrupted run would have.
 """
 
 from __future__ import annotations
@@ -111,6 +113,8 @@ def main(argv: list[str] | None = None) -> int:
         fresh = {"history_length": 2, "memory": True, "show_admissible": False, "max_prompt_tokens": 1024}
         prompt = {k: fresh[k] if v is None else v for k, v in prompt.items()}
         prompt.update(tiny_hidden_size=args.tiny_hidden_size, tiny_layers=args.tiny_layers)
+    if (Path(args.out) / "progress").is_dir():
+        print(f"{args.out}: resuming the stopped run from its last finished epoch", flush=True)
     try:
         record = imitate(
             env_id, args.out, folder, args.seeds, model=args.model, env_kwargs=env_kwargs, expert=args.expert,
@@ -118,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
             learning_rate=args.learning_rate, batch_size=args.batch_size, seed=args.seed,
             dagger_rounds=args.rounds if args.command == "dagger" else 0, dagger_episodes=args.episodes,
             beta=args.beta, heldout=args.heldout, torch_threads=args.torch_threads,
+            log=lambda line: print(line, flush=True),
             **{k: v for k, v in prompt.items() if v is not None},
         )  # fmt: skip
     except (ValueError, FileNotFoundError) as err:

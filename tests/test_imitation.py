@@ -14,6 +14,8 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
+from safetensors.torch import load_file
 
 from agents.demonstrations import (
     cache_folder,
@@ -25,7 +27,7 @@ from agents.demonstrations import (
 from agents.env_spec import text_wrapping
 from agents.gagpo import GAGPOAgent
 from agents.prior import PRIOR_FILE, read_prior
-from agents.warm_start import imitate, step_prompts, transcript_of
+from agents.warm_start import ImitationProgress, imitate, step_prompts, transcript_of
 
 ROOT = Path(__file__).resolve().parents[1]
 HOUSE = "gagpo_gym/MiniHouse-v0"
@@ -99,16 +101,45 @@ def test_transcripts_keep_only_advice():
     assert cut.lengths == [demos[0].length - 1, demos[1].length - 1]
 
 
-def test_imitation_then_dagger_writes_a_prior_an_agent_fine_tunes(tmp_path):
+def test_imitation_then_dagger_writes_a_prior_an_agent_fine_tunes(tmp_path, monkeypatch):
     """Behaviour cloning lowers the loss; a DAgger round plays the policy, labels its states with the expert and
-    trains on both; the folder is a prior that GAGPOAgent fine-tunes with its prompt settings."""
+    trains on both; the folder is a prior that GAGPOAgent fine-tunes with its prompt settings. A run stopped in the
+    DAgger round's fit resumes from its last epoch and writes the uninterrupted run's prior, bit for bit."""
     folder = tmp_path / "demos"
     collect_demonstrations(HOUSE, range(12), folder, env_kwargs=SMALL_HOUSE, workers=1)
     out = tmp_path / "prior"
-    record = imitate(
-        HOUSE, out, folder, range(12), env_kwargs=SMALL_HOUSE, epochs=3, learning_rate=3e-3, batch_size=8,
-        dagger_rounds=1, dagger_episodes=4, heldout=range(100, 104), seed=0, **AGENT,
-    )  # fmt: skip
+    settings = {
+        "env_kwargs": SMALL_HOUSE, "epochs": 2, "learning_rate": 3e-3, "batch_size": 8, "dagger_rounds": 1,
+        "dagger_episodes": 4, "heldout": range(100, 104), "seed": 0, **AGENT,
+    }  # fmt: skip
+    record = imitate(HOUSE, out, folder, range(12), **settings)
+    assert not (out / "progress").exists() and not (out / "start").exists()  # a finished run keeps the prior alone
+
+    # Stopped right after the 4th save: round 0's two epochs and its end, then round 1's first epoch.
+    saves, save = [], ImitationProgress.save
+
+    def stop_after_four(self, *args, **kwargs):
+        save(self, *args, **kwargs)
+        saves.append(1)
+        if len(saves) == 4:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(ImitationProgress, "save", stop_after_four)
+    stopped = tmp_path / "stopped"
+    with pytest.raises(KeyboardInterrupt):
+        imitate(HOUSE, stopped, folder, range(12), **settings)
+    monkeypatch.undo()
+    state = json.loads((stopped / "progress" / "state.json").read_text())
+    assert state["current"]["round"] == 1 and len(state["current"]["losses"]) == 1 and len(state["played"]) == 4
+    with pytest.raises(ValueError, match="other settings"):
+        imitate(HOUSE, stopped, folder, range(12), **{**settings, "epochs": 3})
+    resumed = imitate(HOUSE, stopped, folder, range(12), **settings)
+    timing = {"train_s": None, "heldout": {**record["heldout"], "eval_s": None}}
+    assert {**resumed, **timing, "heldout": {**resumed["heldout"], "eval_s": None}} == {**record, **timing}
+    a, b = (load_file(d / "model.safetensors") for d in (out, stopped))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert not (stopped / "progress").exists() and not (stopped / "start").exists()
+
     first, second = record["rounds"]
     assert first["losses"][-1] < first["losses"][0]
     assert second["episodes"] == 4 and second["actions"] > first["actions"] and 0 <= second["policy_success"] <= 1
@@ -152,6 +183,7 @@ def test_imitate_command_line(tmp_path):
          "--out", str(out), "--save-agent", str(tmp_path / "agent")], cwd=ROOT, capture_output=True, text=True,
     )  # fmt: skip
     assert run.returncode == 0, run.stderr
+    assert "round 0, epoch 1/1: loss " in run.stdout  # a line per epoch
     assert (out / PRIOR_FILE).is_file() and read_prior(out)["distinct_tasks"] == 3
     # the saved agent is for playing: no optimizer state, and eval.py plays it on held-out houses
     assert not (tmp_path / "agent" / "optimizer.pt").exists()
