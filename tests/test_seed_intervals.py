@@ -118,5 +118,5 @@ def test_the_overlap_equivalence_page_compares_on_and_off_by_hand(tmp_path: Path
     df = se**4 / ((va / 3) ** 2 / 2 + (vb / 3) ** 2 / 2)
     diff = sum(a) / 3 - sum(b) / 3
     half = t_quantile(0.975, df) * se
-    assert f"| final success | {diff:+.3f} | [{diff - half:+.3f}, {diff + half:+.3f}] | {df:.1f} |" in page
+    assert f"| final success | {diff:+.3f} | [{diff - half:+.3f}, {diff + half:+.3f}] | {half:.3f} | {df:.1f} |" in page
     assert "no difference detected" in page and "| gagpo overlap seed 2 | 0.740 |" in page

@@ -11,6 +11,7 @@ each seed's values and the difference on - off with its 95% Welch t interval and
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
@@ -61,7 +62,7 @@ def report(payload: dict[str, Any]) -> str:
         comparisons.append({
             "measure": m, "on - off": fmt(m, c["difference"], sign=True),
             f"{LEVEL:.0%} interval": f"[{fmt(m, c['low'], sign=True)}, {fmt(m, c['high'], sign=True)}]",
-            "df": f"{c['df']:.1f}", "p": f"{c['p']:.2f}",
+            "half-width": fmt(m, (c["high"] - c["low"]) / 2), "df": f"{c['df']:.1f}", "p": f"{c['p']:.2f}",
             "reading": "differs" if c["low"] > 0 or c["high"] < 0 else "no difference detected",
         })  # fmt: skip
     budget = payload["budget"]
@@ -74,7 +75,9 @@ def report(payload: dict[str, Any]) -> str:
         + f"\n\nOn - off over the seeds, {LEVEL:.0%} Welch t interval and the exact permutation p "
         f"(bar {bar} for the steps; a run that never reached it counts its whole budget):\n\n"
         + markdown_table(comparisons)
-        + "\n\nTraining seconds were measured beside other jobs on a 2-core machine: not a benchmark.\n"
+        + f"\n\nThe half-width is the size of difference {len(seeds)} seeds could resolve: a smaller one, either way, "
+        "would read as no difference detected.\n\n"
+        "Training seconds were measured beside other jobs on a 2-core machine: not a benchmark.\n"
     )
 
 
@@ -84,7 +87,11 @@ def fmt(measure: str, value: float, sign: bool = False) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    folder = Path(argv[0]) if argv else FOLDER
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("folder", nargs="?", type=Path, default=FOLDER, help="the study folder with its runs.json")
+    folder = parser.parse_args(argv).folder
+    if not (folder / "runs.json").is_file():
+        parser.error(f"{folder} has no runs.json: merge the seeds' runs first (lab.bench.learning --merge)")
     payload = json.loads((folder / "runs.json").read_text())
     atomic_write_text(folder / "equivalence.md", report(payload))
     print(f"wrote {folder / 'equivalence.md'}")
