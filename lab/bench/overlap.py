@@ -37,9 +37,9 @@ from lab.recorder import Recorder
 SETTINGS: dict[str, dict[str, Any]] = {
     "minihouse-small": {"env": "gagpo_gym/MiniHouse-v0", "env_kwargs": {"size": "small"}},
     "alfworld-train": {"env": "gagpo_gym/ALFWorld-v0", "env_kwargs": {"split": "train"}},
-    "smollm2-generate": {
+    "smollm2-generate": {  # episodes cut at 12 steps: a learn() of 2 iterations fits a quiet slot on 2 cores
         "env": "gagpo_gym/MiniHouse-v0",
-        "env_kwargs": {"size": "small"},
+        "env_kwargs": {"size": "small", "max_episode_steps": 12},
         "model": ".cache/smollm2-135m-instruct",
         "config": {"action_mode": "generate", "max_new_tokens": 24, "num_groups": 2, "group_size": 4},
     },  # fmt: skip
