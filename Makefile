@@ -21,17 +21,13 @@ VLLM_EXTRAS ?= dev,alfworld,peft,distributed
 venv:
 	$(MAKE) -j3 $(VENV)/.installed
 
-# pip byte-compiles every module it installs (about 22,000 files with the extras: a minute of CPU); --no-compile
-# leaves it to the first import, which compiles only the modules a run imports.
-PIP_INSTALL := -m pip install -q --no-compile
-
 # The base install, all that `make demo` needs: CPU torch first (`torch==2.13.0` resolves to a local CPU wheel where
 # one is offered; elsewhere plain torch), then the package (editable) with its base dependencies.
 $(VENV)/.installed-base: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PY) $(PIP_INSTALL) --upgrade pip setuptools wheel
-	$(PY) $(PIP_INSTALL) "torch==2.13.0" || $(PY) $(PIP_INSTALL) "torch>=2.6,<2.15"
-	$(PY) $(PIP_INSTALL) -e .
+	$(PY) -m pip install -q --upgrade pip setuptools wheel
+	$(PY) -m pip install -q "torch==2.13.0" || $(PY) -m pip install -q "torch>=2.6,<2.15"
+	$(PY) -m pip install -q -e .
 	touch $@
 
 # Everything the tests use: the extras on top. ALFWorld's extra brings two sdists that compile C/C++ (fast-downward's
@@ -41,7 +37,7 @@ $(VENV)/.installed-base: pyproject.toml
 WHEELS := .cache/wheels
 SDIST_VENV := .cache/sdist-venv
 $(VENV)/.installed: $(VENV)/.installed-base $(WHEELS)/fast-downward.built $(WHEELS)/jericho.built
-	$(PY) $(PIP_INSTALL) --find-links $(WHEELS) -e ".[$(EXTRAS)]"
+	PIP_FIND_LINKS="$(abspath $(WHEELS)) $$PIP_FIND_LINKS" $(PY) -m pip install -q -e ".[$(EXTRAS)]"
 	touch $@
 
 $(SDIST_VENV)/.installed:
