@@ -450,7 +450,7 @@ class ImitationProgress:
     def save(self, agent: GAGPOAgent, rng: np.random.Generator, optimizer: torch.optim.Optimizer | None,
              **state: Any) -> None:  # fmt: skip
         """Write the state (``rounds``, ``played``, ``current``: the round being fitted, ``elapsed``) atomically."""
-        new, current, old = self._slots()[1], self.folder, self._slots()[2]
+        live, new, old = self._slots()
         shutil.rmtree(new, ignore_errors=True)
         new.mkdir(parents=True)
         save_model(agent.policy.model, str(new / "model.safetensors"))
@@ -460,9 +460,9 @@ class ImitationProgress:
         record = {"fingerprint": self.fingerprint, "rng": rng.bit_generator.state, **state}
         (new / "state.json").write_text(json.dumps(record))
         shutil.rmtree(old, ignore_errors=True)
-        if current.exists():
-            current.rename(old)
-        new.rename(current)
+        if live.exists():
+            live.rename(old)
+        new.rename(live)
         shutil.rmtree(old, ignore_errors=True)
 
     def clear(self) -> None:
@@ -500,7 +500,7 @@ def imitate(
     more passes on the expert's episodes and every round's so far. ``heldout``: task seeds (never in ``seeds``)
     played greedily once at the end. ``config``: agent hyperparameters (prompt settings, the tiny model's size).
     A stopped run called again with the same arguments resumes from its last epoch (:class:`ImitationProgress`).
-    ``log`` gets a line after every epoch (the round, the epoch's loss, the run's time so far).
+    ``log`` gets a line after every epoch (the round, the epoch's loss, the run's time so far) and one on resuming.
     """
     if objective not in OBJECTIVES:
         raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
@@ -530,7 +530,11 @@ def imitate(
         start = str(saved.start)
     agent = GAGPOAgent(env, start, env_kwargs=env_kwargs, seed=seed, verbose=0, action_mode=action_mode, **config)
     rng = np.random.default_rng(seed)
-    state = saved.load(agent, rng) or {"rounds": [], "played": [], "current": None, "elapsed": 0.0}
+    state = saved.load(agent, rng)
+    if state is not None and log is not None:
+        done = len(state["current"]["losses"]) if state["current"] else 0
+        log(f"resuming the stopped run in {saved.out}: {len(state['rounds'])} round(s) and {done} epoch(s) done")
+    state = state or {"rounds": [], "played": [], "current": None, "elapsed": 0.0}
     rounds: list[dict[str, Any]] = state["rounds"]
     played: list[Demonstration] = state["played"]
     current: dict[str, Any] = state["current"] or {}

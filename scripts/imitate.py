@@ -113,8 +113,6 @@ def main(argv: list[str] | None = None) -> int:
         fresh = {"history_length": 2, "memory": True, "show_admissible": False, "max_prompt_tokens": 1024}
         prompt = {k: fresh[k] if v is None else v for k, v in prompt.items()}
         prompt.update(tiny_hidden_size=args.tiny_hidden_size, tiny_layers=args.tiny_layers)
-    if (Path(args.out) / "progress").is_dir():
-        print(f"{args.out}: resuming the stopped run from its last finished epoch", flush=True)
     try:
         record = imitate(
             env_id, args.out, folder, args.seeds, model=args.model, env_kwargs=env_kwargs, expert=args.expert,

@@ -1,5 +1,6 @@
-"""Shared by the agent tests: a logger output that keeps every dump, a tiny 'pretrained' checkpoint, and
-SmolLM2-135M-Instruct fetched into the repo's .cache (scripts/fetch_smollm2.py)."""
+"""Shared by the agent tests: a logger output that keeps every dump, a tiny 'pretrained' checkpoint,
+SmolLM2-135M-Instruct fetched into the repo's .cache (scripts/fetch_smollm2.py), and the first observations of an
+agent's envs as predict() takes them."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Any
 from stable_baselines3.common.logger import KVWriter, Logger
 
 from agents import GAGPOAgent
+from agents.evaluation import info_at
 
 
 class Capture(KVWriter):
@@ -26,6 +28,12 @@ class Capture(KVWriter):
 
     def close(self) -> None:
         pass
+
+
+def first_observations(agent: GAGPOAgent, n: int) -> tuple[list[str], list[dict]]:
+    """The first ``n`` envs' observations and info dicts after a seeded reset of the agent's vector env."""
+    obs, infos = agent.env.reset(seed=11)
+    return list(obs[:n]), [info_at(infos, i) for i in range(n)]
 
 
 def capture_logs(agent: GAGPOAgent) -> Capture:

@@ -133,7 +133,10 @@ def test_imitation_then_dagger_writes_a_prior_an_agent_fine_tunes(tmp_path, monk
     assert state["current"]["round"] == 1 and len(state["current"]["losses"]) == 1 and len(state["played"]) == 4
     with pytest.raises(ValueError, match="other settings"):
         imitate(HOUSE, stopped, folder, range(12), **{**settings, "epochs": 3})
-    resumed = imitate(HOUSE, stopped, folder, range(12), **settings)
+    lines: list[str] = []
+    resumed = imitate(HOUSE, stopped, folder, range(12), **settings, log=lines.append)
+    assert lines[0] == f"resuming the stopped run in {stopped}: 1 round(s) and 1 epoch(s) done"
+    assert len(lines) == 2 and lines[1].startswith("round 1, epoch 2/2: loss ")  # the one epoch left
     timing = {"train_s": None, "heldout": {**record["heldout"], "eval_s": None}}
     assert {**resumed, **timing, "heldout": {**resumed["heldout"], "eval_s": None}} == {**record, **timing}
     a, b = (load_file(d / "model.safetensors") for d in (out, stopped))

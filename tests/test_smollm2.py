@@ -10,11 +10,10 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from agent_helpers import Capture, fetch_smollm2
+from agent_helpers import Capture, fetch_smollm2, first_observations
 from stable_baselines3.common.logger import Logger
 
 from agents import GAGPOAgent
-from agents.evaluation import info_at
 from wrappers import CHOOSE
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,11 +29,6 @@ BF16 = {**SMALL, "group_size": 2, "minibatch_size": 2, "n_epochs": 1, "max_promp
 @pytest.fixture(scope="module")
 def smollm2() -> Path:
     return fetch_smollm2()
-
-
-def first_observations(agent: GAGPOAgent) -> tuple[list[str], list[dict]]:
-    obs, infos = agent.env.reset(seed=11)
-    return list(obs[:2]), [info_at(infos, i) for i in range(2)]
 
 
 def test_lora_gradient_checkpointing_bf16(smollm2: Path, tmp_path: Path) -> None:
@@ -74,7 +68,7 @@ def test_lora_gradient_checkpointing_bf16(smollm2: Path, tmp_path: Path) -> None
         agent.update.recompute([rows])
     assert all(np.array_equal(r.old_logp, q) for r, q in zip(rows, reference_logp))
 
-    obs, infos = first_observations(agent)
+    obs, infos = first_observations(agent, 2)
     expected = agent.predict(obs, infos, deterministic=True)
     agent.save(tmp_path / "agent")
     loaded = GAGPOAgent.load(tmp_path / "agent", verbose=0)

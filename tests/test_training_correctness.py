@@ -12,12 +12,11 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from agent_helpers import capture_logs, save_tiny_checkpoint
+from agent_helpers import capture_logs, first_observations, save_tiny_checkpoint
 from safetensors import safe_open
 
 from agents import GAGPOAgent
 from agents.config import CLIP_CHOOSE, CLIP_GENERATE, GAGPOConfig
-from agents.evaluation import info_at
 from agents.generation import sample_responses
 from agents.loss import k3_kl
 
@@ -79,8 +78,7 @@ def test_lora_adapters_are_fp32_on_a_frozen_bf16_base(checkpoint: Path, tmp_path
     agent.learn(1)
     assert moved_share(lora_b, agent.policy.model) > 0.95
     assert all(torch.equal(named[n], b) for n, b in base.items())  # the frozen base (the KL reference) never moves
-    obs, vector_infos = agent.env.reset(seed=11)
-    obs, infos = list(obs), [info_at(vector_infos, i) for i in range(len(obs))]
+    obs, infos = first_observations(agent, agent.env.num_envs)
     expected = agent.predict(obs, infos, deterministic=True)
     agent.save(tmp_path / "agent")
     loaded = GAGPOAgent.load(tmp_path / "agent", verbose=0)
