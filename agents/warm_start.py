@@ -162,8 +162,9 @@ def supervised_epochs(
     objective: str = "tokens",
     action_mode: str = CHOOSE,
     progress: Any = None,
-    resume: tuple[list[float], dict[str, Any]] | None = None,
-    after_epoch: Callable[[list[float], torch.optim.Optimizer], None] | None = None,
+    resume: tuple[list[float], dict[str, Any], dict[str, Any] | None] | None = None,
+    checkpoint: Callable[[list[float], torch.optim.Optimizer, dict[str, Any] | None], None] | None = None,
+    checkpoint_due: Callable[[], bool] | None = None,
 ) -> list[float]:
     """Train on the expert's actions given their prompts; returns the mean loss per epoch.
 
@@ -181,8 +182,10 @@ def supervised_epochs(
     Both are computed by the policy's own packed forward. ``progress`` (an :class:`agents.callbacks.ProgressBar`)
     is advanced by the actions trained on and says the epoch and its running loss.
 
-    ``resume``: the losses of the epochs a stopped fit finished and its optimizer's state then (with ``rng`` as it
-    was then, the fit goes on as if never stopped); ``after_epoch(losses, optimizer)`` is called after every epoch.
+    ``checkpoint(losses, optimizer, within)`` is called after every epoch (``within`` None) and, where
+    ``checkpoint_due()`` says so after a batch, within one: ``within`` is the epoch's place (the generator's state
+    that drew its order, the next row, the running loss). ``resume``: the ``(losses, optimizer state, within)`` of a
+    stopped fit's last checkpoint; with ``rng`` as it was then, the fit goes on as if never stopped.
     """
     if objective not in OBJECTIVES:
         raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
@@ -203,14 +206,21 @@ def supervised_epochs(
         candidates = [[policy.action_tokens(a) for a in cands] for cands in distinct]
         expert = [cands.index(a) for a, cands in zip(data.actions, distinct)]
     losses: list[float] = []
+    within: dict[str, Any] | None = None
     if resume is not None:
-        losses = list(resume[0])
+        losses, within = list(resume[0]), resume[2]
         optimizer.load_state_dict(resume[1])
     policy.train()
     for epoch in range(len(losses), epochs):
-        order = rng.permutation(len(data.actions))
-        total, seen = 0.0, 0
-        for start in range(0, len(order), batch_size):
+        if within is None:
+            within = {"rng": rng.bit_generator.state, "next": 0, "total": 0.0, "seen": 0}
+            order = rng.permutation(len(data.actions))
+        else:  # a resumed epoch: its order drawn again from the generator's state then (``rng`` is past it)
+            drawn = np.random.Generator(type(rng.bit_generator)())
+            drawn.bit_generator.state = within["rng"]
+            order = drawn.permutation(len(data.actions))
+        total, seen = within["total"], within["seen"]
+        for start in range(within["next"], len(order), batch_size):
             rows = order[start : start + batch_size]
             with policy.precision.autocast():
                 seq, counts, _ = chooser.score_candidates(
@@ -230,9 +240,12 @@ def supervised_epochs(
             if progress is not None:
                 progress.set_description(f"warm start: epoch {epoch + 1}/{epochs}, loss {total / seen:.3f}")
                 progress.advance(len(rows))
+            if checkpoint is not None and checkpoint_due is not None and seen < len(order) and checkpoint_due():
+                checkpoint(losses, optimizer, {**within, "next": start + batch_size, "total": total, "seen": seen})
         losses.append(total / len(order))
-        if after_epoch is not None:
-            after_epoch(losses, optimizer)
+        within = None
+        if checkpoint is not None:
+            checkpoint(losses, optimizer, None)
     policy.eval()
     return losses
 
@@ -409,11 +422,12 @@ def fresh_tiny(folder: str | Path, demos: Sequence[Any], seed: int, config: dict
 
 
 class ImitationProgress:
-    """Where a long imitation run stands, kept in ``<out>/progress`` after every epoch: the weights, the optimizer
-    state of the fit in progress, the numpy generator, the finished rounds and the policy's episodes so far.
+    """Where a long imitation run stands, kept in ``<out>/progress`` after every epoch and every few minutes within
+    one: the weights, the optimizer state of the fit in progress and its place in the epoch, the numpy generator, the
+    finished rounds and the policy's episodes so far.
 
     Imitation on the real train split runs for hours; a stopped run started again with the same settings goes on
-    from its last finished epoch and ends as the uninterrupted run would, bit for bit (same CPU and threads). Other
+    from its last save and ends as the uninterrupted run would, bit for bit (same CPU and threads). Other
     settings are refused: their progress is not this run's. ``<out>/start`` keeps a fresh tiny model's start (its
     tokenizer is trained on the demonstrations), so that a resumed run builds the same one.
     """
@@ -490,6 +504,7 @@ def imitate(
     beta: float = 0.0,
     heldout: Sequence[int] | None = None,
     log: Callable[[str], None] | None = None,
+    checkpoint_every_s: float = 600.0,
     **config: Any,
 ) -> dict[str, Any]:
     """Behaviour cloning on the cached expert episodes of ``seeds`` (:mod:`agents.demonstrations`), then
@@ -499,8 +514,9 @@ def imitate(
     command with probability ``beta``), the expert labels every state it reached, and the policy trains ``epochs``
     more passes on the expert's episodes and every round's so far. ``heldout``: task seeds (never in ``seeds``)
     played greedily once at the end. ``config``: agent hyperparameters (prompt settings, the tiny model's size).
-    A stopped run called again with the same arguments resumes from its last epoch (:class:`ImitationProgress`).
-    ``log`` gets a line after every epoch (the round, the epoch's loss, the run's time so far) and one on resuming.
+    The run saves its state after every epoch and every ``checkpoint_every_s`` seconds within one; called again with
+    the same arguments, a stopped run resumes from its last save (:class:`ImitationProgress`). ``log`` gets a line
+    at every save (the round, the epoch, its loss so far, the run's time so far) and one on resuming.
     """
     if objective not in OBJECTIVES:
         raise ValueError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
@@ -532,25 +548,35 @@ def imitate(
     rng = np.random.default_rng(seed)
     state = saved.load(agent, rng)
     if state is not None and log is not None:
-        done = len(state["current"]["losses"]) if state["current"] else 0
-        log(f"resuming the stopped run in {saved.out}: {len(state['rounds'])} round(s) and {done} epoch(s) done")
+        fitting = state["current"] or {"losses": [], "within": None}
+        place = f", and {fitting['within']['seen']} actions of the next" if fitting["within"] else ""
+        log(f"resuming the stopped run in {saved.out}: {len(state['rounds'])} round(s) and "
+            f"{len(fitting['losses'])} epoch(s) done{place}")  # fmt: skip
     state = state or {"rounds": [], "played": [], "current": None, "elapsed": 0.0}
     rounds: list[dict[str, Any]] = state["rounds"]
     played: list[Demonstration] = state["played"]
     current: dict[str, Any] = state["current"] or {}
 
+    last_save = time.perf_counter()
+
     def save(optimizer: torch.optim.Optimizer | None = None, **fitting: Any) -> None:
-        elapsed = state["elapsed"] + time.perf_counter() - started
+        nonlocal last_save
+        last_save = time.perf_counter()
+        elapsed = state["elapsed"] + last_save - started
         saved.save(agent, rng, optimizer, rounds=rounds, played=played, current=fitting or None, elapsed=elapsed)
         if fitting and log is not None:
-            losses = fitting["losses"]
-            log(f"round {fitting['round']}, epoch {len(losses)}/{epochs}: loss {losses[-1]:.4f} "
-                f"({fitting['actions']} actions, {elapsed:.0f}s so far)")  # fmt: skip
+            losses, within = fitting["losses"], fitting["within"]
+            if within is None:
+                where = f"epoch {len(losses)}/{epochs}: loss {losses[-1]:.4f} ({fitting['actions']} actions"
+            else:
+                where = (f"epoch {len(losses) + 1}/{epochs}: loss {within['total'] / within['seen']:.4f} "
+                         f"({within['seen']} of {fitting['actions']} actions")  # fmt: skip
+            log(f"round {fitting['round']}, {where}, {elapsed:.0f}s so far)")
 
     for r in range(len(rounds), dagger_rounds + 1):
         resume = None
         if current.get("round") == r:  # stopped within this round's fit: its episodes and finished epochs are kept
-            resume = (current.pop("losses"), state["optimizer"])
+            resume = (current.pop("losses"), state["optimizer"], current.pop("within"))
         elif r == 0:
             current = {"round": 0, "episodes": len(demos)}
         else:
@@ -563,7 +589,10 @@ def imitate(
         losses = supervised_epochs(
             agent.policy, data, epochs=epochs, learning_rate=learning_rate, batch_size=batch_size, rng=rng,
             objective=objective, action_mode=action_mode, resume=resume,
-            after_epoch=lambda losses, optimizer, fitting=current: save(optimizer, **fitting, losses=losses),
+            checkpoint=lambda losses, optimizer, within, fitting=current: save(
+                optimizer, **fitting, losses=losses, within=within
+            ),
+            checkpoint_due=lambda: time.perf_counter() - last_save >= checkpoint_every_s,
         )  # fmt: skip
         rounds.append({**current, "losses": losses})
         current = {}

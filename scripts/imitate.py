@@ -17,8 +17,9 @@ tokens), then writes a prior folder that ``GAGPOAgent(env, model=<out>)`` and ``
 ``dagger`` goes on from a prior: each round the policy plays ``--episodes`` tasks drawn from ``--seeds``, the expert
 labels every state it reached, and the policy trains on the expert's episodes and every round's so far. ``--heldout``
 seeds (never trained on) give the greedy success printed after training. A stopped ``train`` or ``dagger`` run,
-started again with the same command, goes on from its last finished epoch (its state is kept in ``<out>/progress``
-until the prior is written) and writes the prior the uninterrupted run would have.
+started again with the same command, goes on from its last save (after every epoch and every
+``--checkpoint-minutes`` within one; the state is kept in ``<out>/progress`` until the prior is written) and writes
+the prior the uninterrupted run would have.
 """
 
 from __future__ import annotations
@@ -82,6 +83,10 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--torch-threads", type=int, default=1)
+    parser.add_argument(
+        "--checkpoint-minutes", type=float, default=10.0,
+        help="train/dagger: also save the run's state this often within an epoch (a stopped run resumes from it)",
+    )  # fmt: skip
     return parser
 
 
@@ -120,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
             learning_rate=args.learning_rate, batch_size=args.batch_size, seed=args.seed,
             dagger_rounds=args.rounds if args.command == "dagger" else 0, dagger_episodes=args.episodes,
             beta=args.beta, heldout=args.heldout, torch_threads=args.torch_threads,
-            log=lambda line: print(line, flush=True),
+            log=lambda line: print(line, flush=True), checkpoint_every_s=60 * args.checkpoint_minutes,
             **{k: v for k, v in prompt.items() if v is not None},
         )  # fmt: skip
     except (ValueError, FileNotFoundError) as err:

@@ -103,8 +103,9 @@ def test_transcripts_keep_only_advice():
 
 def test_imitation_then_dagger_writes_a_prior_an_agent_fine_tunes(tmp_path, monkeypatch):
     """Behaviour cloning lowers the loss; a DAgger round plays the policy, labels its states with the expert and
-    trains on both; the folder is a prior that GAGPOAgent fine-tunes with its prompt settings. A run stopped in the
-    DAgger round's fit resumes from its last epoch and writes the uninterrupted run's prior, bit for bit."""
+    trains on both; the folder is a prior that GAGPOAgent fine-tunes with its prompt settings. A run stopped within
+    an epoch of the DAgger round's fit resumes from its last save and writes the uninterrupted run's prior, bit for
+    bit."""
     folder = tmp_path / "demos"
     collect_demonstrations(HOUSE, range(12), folder, env_kwargs=SMALL_HOUSE, workers=1)
     out = tmp_path / "prior"
@@ -115,28 +116,35 @@ def test_imitation_then_dagger_writes_a_prior_an_agent_fine_tunes(tmp_path, monk
     record = imitate(HOUSE, out, folder, range(12), **settings)
     assert not (out / "progress").exists() and not (out / "start").exists()  # a finished run keeps the prior alone
 
-    # Stopped right after the 4th save: round 0's two epochs and its end, then round 1's first epoch.
-    saves, save = [], ImitationProgress.save
+    # Saving after every batch, stopped right after the first save within round 1's second epoch.
+    save = ImitationProgress.save
 
-    def stop_after_four(self, *args, **kwargs):
+    def stop_within_the_last_epoch(self, *args, **kwargs):
         save(self, *args, **kwargs)
-        saves.append(1)
-        if len(saves) == 4:
+        fitting = kwargs["current"]
+        if fitting and fitting["round"] == 1 and len(fitting["losses"]) == 1 and fitting["within"]:
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(ImitationProgress, "save", stop_after_four)
-    stopped = tmp_path / "stopped"
+    monkeypatch.setattr(ImitationProgress, "save", stop_within_the_last_epoch)
+    stopped, lines = tmp_path / "stopped", []
     with pytest.raises(KeyboardInterrupt):
-        imitate(HOUSE, stopped, folder, range(12), **settings)
+        imitate(HOUSE, stopped, folder, range(12), **settings, checkpoint_every_s=0, log=lines.append)
     monkeypatch.undo()
+    ends = [line for line in lines if " of " not in line]  # the lines of finished epochs
+    assert [line.split(":")[0] for line in ends] == ["round 0, epoch 1/2", "round 0, epoch 2/2", "round 1, epoch 1/2"]
+    assert lines[1].startswith("round 0, epoch 1/2: loss ") and "(16 of " in lines[1]  # two batches of the first
+    assert lines[-1] == ends[-1]  # the stopping save (one batch into the last epoch) is written, then logged
     state = json.loads((stopped / "progress" / "state.json").read_text())
-    assert state["current"]["round"] == 1 and len(state["current"]["losses"]) == 1 and len(state["played"]) == 4
+    fitting = state["current"]
+    assert fitting["round"] == 1 and len(fitting["losses"]) == 1 and len(state["played"]) == 4
+    assert fitting["within"]["next"] == fitting["within"]["seen"] == 8 < fitting["actions"]
     with pytest.raises(ValueError, match="other settings"):
         imitate(HOUSE, stopped, folder, range(12), **{**settings, "epochs": 3})
-    lines: list[str] = []
+    lines = []
     resumed = imitate(HOUSE, stopped, folder, range(12), **settings, log=lines.append)
-    assert lines[0] == f"resuming the stopped run in {stopped}: 1 round(s) and 1 epoch(s) done"
-    assert len(lines) == 2 and lines[1].startswith("round 1, epoch 2/2: loss ")  # the one epoch left
+    done = "1 round(s) and 1 epoch(s) done, and 8 actions of the next"
+    assert lines[0] == f"resuming the stopped run in {stopped}: {done}"
+    assert len(lines) == 2 and lines[1].startswith("round 1, epoch 2/2: loss ")  # the rest of the last epoch
     timing = {"train_s": None, "heldout": {**record["heldout"], "eval_s": None}}
     assert {**resumed, **timing, "heldout": {**resumed["heldout"], "eval_s": None}} == {**record, **timing}
     a, b = (load_file(d / "model.safetensors") for d in (out, stopped))
