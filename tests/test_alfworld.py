@@ -488,6 +488,53 @@ def test_a_game_is_translated_once_per_process_however_many_envs_play_it(monkeyp
 
 
 @needs_data
+def test_a_closed_envs_planner_library_serves_the_next_env_and_plays_as_its_own_would(monkeypatch):
+    """fast-downward's library is copied to disk and loaded for each env (34 MB; its state is global): a closed env
+    gives its copy back and the next env built takes it, where a new copy was made for every env before. The env
+    on a used copy shows what an env on a copy of its own shows, the planner's plays included."""
+    import fast_downward
+
+    from gagpo_gym.envs import alfworld
+
+    copies: list = []
+    load_lib = fast_downward.load_lib
+    monkeypatch.setattr(fast_downward, "load_lib", lambda: copies.append(load_lib()) or copies[-1])
+
+    class Pool(list):
+        """Envs earlier tests left open close when collected (textworld's __del__), at any time: theirs stay out."""
+
+        def append(self, library: object) -> None:
+            if any(library is copy for copy in copies):
+                super().append(library)
+
+    pool = Pool()
+    monkeypatch.setattr(alfworld, "FREE_LIBRARIES", pool)
+
+    def play(env: gym.Env, seed: int) -> list[tuple[str, list[str]]]:
+        obs, info = env.reset(seed=seed)
+        shown = [(obs, info["admissible_actions"])]
+        for _ in range(6):
+            obs, _, _, _, info = env.step(env.unwrapped.expert_action())
+            shown.append((obs, info["admissible_actions"]))
+        return shown
+
+    first = gym.make(ENV_ID, split="valid_seen", data_root=DATA)
+    played = play(first, 3)
+    library = first.unwrapped._pddl_env.downward_lib
+    first.close()
+    assert pool == [library] and len(copies) == 1
+    second = gym.make(ENV_ID, split="valid_seen", data_root=DATA)
+    assert second.unwrapped._pddl_env.downward_lib is library and not pool and len(copies) == 1
+    play(second, 4)  # another game on it first
+    assert play(second, 3) == played
+    third = gym.make(ENV_ID, split="valid_seen", data_root=DATA)  # the second is open: a copy of its own
+    assert len(copies) == 2 and play(third, 3) == played
+    for env in (second, third):
+        env.close()
+    assert len(pool) == 2
+
+
+@needs_data
 def test_target_stage_follows_the_engines_facts_along_expert_plays():
     """0 before anything, 1 at a shut receptacle holding a target (the cool game's microwave), 2 where one is in
     view, 3 holding one, 2 again once it is put down in view: along the planner's plays of six games."""

@@ -164,6 +164,7 @@ def _engine_api() -> dict[str, Any]:
     preset = "ALFWORLD_DATA" in os.environ
     os.environ.setdefault("ALFWORLD_DATA", str(_ALFWORLD_CACHE))
     try:
+        import fast_downward
         import textworld
         from alfworld.agents.environment.alfred_tw_env import AlfredDemangler, AlfredInfos
         from alfworld.agents.expert import HandCodedAgentFailed, HandCodedAgentTimeout, HandCodedTWAgent
@@ -186,9 +187,23 @@ def _engine_api() -> dict[str, Any]:
         builds it again. Here the first ``load`` of a game file in the process keeps a copy of what it built
         (``LOADED_GAMES``), later loads of that file (the other members of a rollout group, each an env of its
         own) copy it instead of translating, and ``reset`` restores the copy. Each env keeps its own copy of
-        fast-downward's library (textworld loads one per env), so the copied state is rebound to it. Everything
-        else is textworld's own code.
+        fast-downward's library (textworld loads one per env), so the copied state is rebound to it; a closed env
+        gives its library back to ``FREE_LIBRARIES`` for the next env of the process. Everything else is textworld's
+        own code.
         """
+
+        def __init__(self, infos: Any = None) -> None:
+            # PddlEnv.__init__, with a library a closed env gave back where there is one: fast_downward.load_lib
+            # copies its 34 MB library to a temporary file and loads that (its state is global: one per env), so
+            # each env built meant 34 MB written to disk and mapped for the rest of the process.
+            textworld.Environment.__init__(self, infos)
+            self.downward_lib = FREE_LIBRARIES.pop() if FREE_LIBRARIES else fast_downward.load_lib()
+
+        def close(self) -> None:
+            if self.downward_lib is not None:  # every game and reset loads its task into the library anew
+                FREE_LIBRARIES.append(self.downward_lib)
+                self.downward_lib = None
+            super().close()
 
         def load(self, filename_or_data: Any) -> None:
             key = str(filename_or_data) if isinstance(filename_or_data, (str, os.PathLike)) else None
@@ -237,6 +252,10 @@ def _engine_api() -> dict[str, Any]:
         "expert_gave_up": (HandCodedAgentFailed, HandCodedAgentTimeout),
     }
 
+
+#: fast-downward libraries of closed envs, for the next envs of this process (``ReplayPddlEnv``): as many copies as
+#: envs were ever open at once, not one per env built.
+FREE_LIBRARIES: list[Any] = []
 
 #: Games translated in this process: game file -> (game data, game logic, initial state), oldest first. A rollout
 #: group plays one game in group_size envs, and a few groups run side by side: a handful of games suffices.
