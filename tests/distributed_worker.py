@@ -1,16 +1,18 @@
-"""Run by tests/test_distributed.py: two GAGPO iterations, as one process or as one rank of a torchrun launch.
+"""Run by tests/test_distributed.py: each mode's two GAGPO iterations, as one process or as one rank of a torchrun
+launch, every mode in one start (a start is most of a small run's time).
 
-    python tests/distributed_worker.py OUT                  # 4 groups in one process
-    torchrun --standalone --nproc_per_node 2 tests/distributed_worker.py OUT [--fsdp] [--generate] [--resume]
-                                                                                  [--overlap]
+    python tests/distributed_worker.py OUT  # 4 groups in one process: OUT/plain, OUT/generate, OUT/overlap
+    torchrun --standalone --nproc_per_node 2 tests/distributed_worker.py OUT  # 2 groups a rank:
+        # OUT/ddp-overlap, OUT/fsdp-overlap, OUT/fsdp (and its resume), OUT/fsdp-generate
 
 The update runs with the default settings (several epochs, several minibatches of ``minibatch_size`` actions).
-Each rank writes its rows' advantages keyed by (iteration, group, member, step) to OUT/rows_<rank>.json; the agent
-after the second update is saved to OUT/agent (under FSDP: gathered from the shards). ``--resume`` also saves the
-agent after the first update to OUT/mid, loads it in the same launch (under FSDP: resharded, the optimizer state
-set from the saved full state), trains the second iteration again and saves that to OUT/resumed. ``--overlap``: the
-update in a thread beside the next rollout (staleness 1: the second rollout is played by the first weights); under
-a launch the same run is then made again with FSDP2 (``--overlap`` without ``--fsdp``: DDP first) into OUT/fsdp.
+Each rank writes its rows' advantages keyed by (iteration, group, member, step) to <run>/rows_<rank>.json; the agent
+after the second update is saved to <run>/agent (under FSDP: gathered from the shards). ``fsdp`` also saves the
+agent after the first update to <run>/mid, loads it in the same launch (resharded, the optimizer state set from the
+saved full state), trains the second iteration again and saves that to <run>/resumed. The overlap runs put the
+update in a thread beside the next rollout (staleness 1: the second rollout is played by the first weights), under
+DDP (the wrapper, its all-reduce and the rollout's collectives on their own group) and under FSDP2 (each version's
+weights gathered whole in the update thread for the acting copy).
 """
 
 from __future__ import annotations
@@ -22,16 +24,31 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agents import GAGPOAgent  # noqa: E402
+from agents.distributed import launched  # noqa: E402
+
+# run: (fsdp, generate, resume, overlap); the one-process run each launch's run is compared with is the mode's
+LAUNCH = {
+    "ddp-overlap": (False, False, False, True),
+    "fsdp-overlap": (True, False, False, True),
+    "fsdp": (True, False, True, False),
+    "fsdp-generate": (True, True, False, False),
+}
+ONE_PROCESS = {"plain": (False, False, False, False), "generate": (False, True, False, False),
+               "overlap": (False, False, False, True)}  # fmt: skip
 
 
-def main(out: Path, fsdp: bool, generate: bool, resume: bool = False, overlap: bool = False) -> None:
-    launched = train(out, fsdp, generate, resume, overlap)
-    if overlap and launched and not fsdp:  # FSDP2 overlaps too: the acting copy loads whole weights gathered
-        train(out / "fsdp", True, generate, False, True)
+def reference(run: str) -> str:
+    """The one-process run ``run`` (a launch's) is compared with."""
+    return "overlap" if run.endswith("overlap") else "generate" if run.endswith("generate") else "plain"
 
 
-def train(out: Path, fsdp: bool, generate: bool, resume: bool, overlap: bool) -> bool:
-    """One run (see the module's docstring); True under a launch."""
+def main(out: Path) -> None:
+    for name, (fsdp, generate, resume, overlap) in (LAUNCH if launched() else ONE_PROCESS).items():
+        train(out / name, fsdp, generate, resume, overlap)
+
+
+def train(out: Path, fsdp: bool, generate: bool, resume: bool, overlap: bool) -> None:
+    """One run (see the module's docstring)."""
     out.mkdir(parents=True, exist_ok=True)
     mode = {"action_mode": "generate", "max_new_tokens": 6} if generate else {}  # generate: the sampler runs first
     agent = GAGPOAgent(
@@ -67,7 +84,6 @@ def train(out: Path, fsdp: bool, generate: bool, resume: bool, overlap: bool) ->
         resumed = GAGPOAgent.load(out / "mid", verbose=0)
         resumed.learn(1, reset_num_timesteps=False)
         resumed.save(out / "resumed")
-    return agent.dist.enabled
 
 
 def advantages(agent: GAGPOAgent) -> dict[str, float]:
@@ -88,5 +104,4 @@ def advantages(agent: GAGPOAgent) -> dict[str, float]:
 
 
 if __name__ == "__main__":
-    flags = sys.argv[2:]
-    main(Path(sys.argv[1]), "--fsdp" in flags, "--generate" in flags, "--resume" in flags, "--overlap" in flags)
+    main(Path(sys.argv[1]))

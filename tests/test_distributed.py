@@ -7,10 +7,10 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from distributed_worker import LAUNCH, reference
 from safetensors.torch import load_file
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -20,9 +20,10 @@ WORKER = str(ROOT / "tests" / "distributed_worker.py")
 
 def run(command: list[str], out: Path) -> None:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    (out / "log.txt").write_text(done.stdout + done.stderr)
+    with (out / "log.txt").open("a") as log:
+        log.write(done.stdout + done.stderr)
 
 
 def rows_of(folder: Path) -> dict[str, float]:
@@ -35,37 +36,22 @@ def rows_of(folder: Path) -> dict[str, float]:
 
 
 @pytest.fixture(scope="module")
-def one_process(tmp_path_factory: pytest.TempPathFactory) -> Callable[[tuple[str, ...]], Path]:
-    """The one-process run of each mode, made once: the DDP and FSDP launches of a mode compare with the same run."""
-    runs: dict[tuple[str, ...], Path] = {}
-
-    def of(mode: tuple[str, ...]) -> Path:
-        if mode not in runs:
-            runs[mode] = tmp_path_factory.mktemp("one")
-            run([sys.executable, WORKER, str(runs[mode]), *mode], runs[mode])
-        return runs[mode]
-
-    return of
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Every mode's one-process run, then every launch's, each in one start (tests/distributed_worker.py)."""
+    out = tmp_path_factory.mktemp("distributed")
+    run([sys.executable, WORKER, str(out / "one")], out)
+    run([*TORCHRUN, WORKER, str(out / "two")], out)
+    return out
 
 
-# The update overlapped with the next rollout (each rank its own; docs/overlap.md) in one launch, under DDP (the
-# wrapper, its all-reduce and the rollout's collectives on their own group) and then under FSDP2 (each version's
-# weights gathered whole in the update thread for the acting copy). The FSDP2 launches without it run sequentially,
-# so the default group's rollout collectives are checked there.
-@pytest.mark.parametrize("engine", ["ddp-overlap", "fsdp", "fsdp-generate"])
-def test_two_processes_equal_one_process(
-    tmp_path: Path, engine: str, one_process: Callable[[tuple[str, ...]], Path]
-) -> None:
-    two = tmp_path / "two"
-    two.mkdir()
+# The update overlapped with the next rollout (each rank its own; docs/overlap.md) under DDP and FSDP2; the FSDP2
+# runs without it, sequential, check the default group's rollout collectives, and one resumes its checkpoint.
+@pytest.mark.parametrize("engine", LAUNCH)
+def test_two_processes_equal_one_process(runs: Path, engine: str) -> None:
+    two = runs / "two" / engine
     # generate mode: the run's first forward is the sampler's, through the inner model, not the FSDP root
-    mode = ("--generate",) if engine.endswith("generate") else ("--overlap",) if engine.endswith("overlap") else ()
-    one = one_process(mode)
-    resume = ["--resume"] if engine == "fsdp" else []  # and the FSDP checkpoint of the first iteration resumed
-    run([*TORCHRUN, WORKER, str(two), *(["--fsdp"] if engine.startswith("fsdp") else []), *mode, *resume], two)
-    for launch in [two, two / "fsdp"] if engine.endswith("overlap") else [two]:
-        check_equal(engine if launch == two else "fsdp-overlap", one, launch)
-    if resume:  # loaded under FSDP (weights resharded, optimizer state set from the full state), then trained on
+    check_equal(engine, runs / "one" / reference(engine), two)
+    if LAUNCH[engine][2]:  # loaded under FSDP (weights resharded, optimizer state set from the full state), trained on
         b = load_file(two / "agent" / "model" / "model.safetensors")
         mid, resumed = (load_file(two / d / "model" / "model.safetensors") for d in ("mid", "resumed"))
         assert max(float((b[k] - mid[k]).abs().max()) for k in b) > 1e-3  # the second iteration moved them
