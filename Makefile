@@ -67,9 +67,11 @@ alfworld-train: $(VENV)/.installed-base
 # Two worker processes (pytest-xdist), each test file on one of them: module fixtures are built once; the long files
 # first (tests/conftest.py), in that order, so that the workers end together.
 TEST_WORKERS ?= 2
+# The share of the estimators' property-test examples run (tests/test_advantages.py): EXAMPLES=1 runs them all.
+EXAMPLES ?= 0.4
 
 test: venv
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=10
+	GAGPO_EXAMPLES=$(EXAMPLES) $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=10
 
 # A venv of its own: vLLM pins torch, transformers, numpy (through numba) and setuptools. One pip resolve for vLLM
 # and the project's extras, so that ALFWorld's dependencies (textworld, spacy, jericho...) must fit vLLM's pins

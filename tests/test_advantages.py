@@ -9,6 +9,7 @@ keys, truncated episodes whose next key is or is not bootstrappable, single-epis
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 from unittest import mock
 
@@ -45,6 +46,14 @@ from agents.advantages import (
 
 # Reproducible in CI (derandomize) and no per-example deadline on a shared 2-core machine.
 PROFILE = dict(deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+
+
+def examples(n: int) -> int:
+    """``n`` examples, times the share in GAGPO_EXAMPLES (default 1): `make test` runs 0.4 of them to stay within
+    CI's time. The draws are derandomized: every run checks the same ones."""
+    return max(20, round(n * float(os.environ.get("GAGPO_EXAMPLES", "1"))))
+
+
 # Rounding differs between the two implementations; normalisation divides it by at least eps = 1e-6.
 TOL = dict(rtol=1e-7, atol=1e-7)
 
@@ -155,7 +164,7 @@ def draw_levels(data: st.DataObject, n: int) -> list:
 # ---------------------------------------------------------------------------------------------------------
 
 
-@settings(max_examples=800, **PROFILE)
+@settings(max_examples=examples(800), **PROFILE)
 @given(
     layout=layouts(),
     gamma=UNIT,
@@ -170,7 +179,7 @@ def test_gagpo_matches_reference(layout, gamma, lam, normalize, bootstrap, eps):
     assert_allclose(gagpo_advantages(**d, **options), ref_gagpo(**d, **options), **TOL)
 
 
-@settings(max_examples=500, **PROFILE)
+@settings(max_examples=examples(500), **PROFILE)
 @given(
     layout=layouts(),
     gamma=UNIT,
@@ -190,7 +199,7 @@ def test_gagpo_backoff_matches_reference(layout, gamma, lam, normalize, bootstra
     assert_allclose(gagpo_advantages(**d, **options), ref_gagpo(**d, **options), **TOL)
 
 
-@settings(max_examples=500, **PROFILE)
+@settings(max_examples=examples(500), **PROFILE)
 @given(
     layout=layouts(),
     gamma=UNIT,
@@ -204,7 +213,7 @@ def test_gigpo_matches_reference(layout, gamma, omega, std_norm, episode_stats):
     assert_allclose(gigpo_advantages(**d, **options), ref_gigpo(**d, **options), **TOL)
 
 
-@settings(max_examples=250, **PROFILE)
+@settings(max_examples=examples(250), **PROFILE)
 @given(layout=layouts(), eps=st.sampled_from([1e-6, 1e-2]))
 def test_grpo_and_rloo_match_reference(layout, eps):
     d = base(assemble(*layout), "rewards", "episode_index", "group_index")
@@ -212,7 +221,7 @@ def test_grpo_and_rloo_match_reference(layout, eps):
     assert_allclose(rloo_advantages(**d), ref_rloo(**d), **TOL)
 
 
-@settings(max_examples=250, **PROFILE)
+@settings(max_examples=examples(250), **PROFILE)
 @given(layout=layouts(key_kind="int"), gamma=UNIT, lam=UNIT, data=st.data())
 def test_gae_matches_reference(layout, gamma, lam, data):
     d = assemble(*layout)
@@ -224,14 +233,14 @@ def test_gae_matches_reference(layout, gamma, lam, data):
     assert_allclose(fast, ref_gae(**args, last_values=last_values, gamma=gamma, lam=lam), **TOL)
 
 
-@settings(max_examples=250, **PROFILE)
+@settings(max_examples=examples(250), **PROFILE)
 @given(layout=layouts(), gamma=UNIT)
 def test_discounted_returns_match_reference(layout, gamma):
     d = base(assemble(*layout), "rewards", "episode_index")
     assert_allclose(discounted_returns(**d, gamma=gamma), ref_discounted_returns(**d, gamma=gamma), **TOL)
 
 
-@settings(max_examples=250, **PROFILE)
+@settings(max_examples=examples(250), **PROFILE)
 @given(layout=layouts(), min_count=st.integers(1, 4), data=st.data())
 def test_step_group_stats_match_reference(layout, min_count, data):
     d = base(assemble(*layout), "group_index", "state_keys")
@@ -243,7 +252,7 @@ def test_step_group_stats_match_reference(layout, min_count, data):
         assert fast[name] == pytest.approx(value, rel=1e-12), name
 
 
-@settings(max_examples=250, **PROFILE)
+@settings(max_examples=examples(250), **PROFILE)
 @given(
     groups=st.lists(st.integers(-3, 3), max_size=30),
     mode=st.sampled_from(["group", "batch", "none"]),
@@ -256,7 +265,7 @@ def test_normalize_advantages_matches_reference(groups, mode, data):
     assert_allclose(fast, ref_normalize(advantages, groups, mode, 1e-6), **TOL)
 
 
-@settings(max_examples=250, **PROFILE)
+@settings(max_examples=examples(250), **PROFILE)
 @given(layout=layouts(key_kind="int"), gamma=UNIT, lam=UNIT, data=st.data())
 def test_gagpo_ignores_order_and_labels(layout, gamma, lam, data):
     """Reordering episodes, renaming groups and turning int keys into str keys changes no advantage."""
@@ -279,7 +288,7 @@ def test_gagpo_ignores_order_and_labels(layout, gamma, lam, data):
 # ---------------------------------------------------------------------------------------------------------
 
 
-@settings(max_examples=250, **PROFILE)
+@settings(max_examples=examples(250), **PROFILE)
 @given(layout=layouts(), gamma=UNIT, bootstrap=st.booleans())
 def test_lam_one_telescopes_to_return_minus_value(layout, gamma, bootstrap):
     """lam=1: A_t = R_t - Vbar(g, s_t), plus gamma^(rows left) * Vbar(g, next key) after a bootstrapped end."""
@@ -299,7 +308,7 @@ def test_lam_one_telescopes_to_return_minus_value(layout, gamma, bootstrap):
         assert_allclose(A, R - [vbar[(g, s)] for g, s in zip(groups, keys, strict=True)], **TOL)
 
 
-@settings(max_examples=250, **PROFILE)
+@settings(max_examples=examples(250), **PROFILE)
 @given(layout=layouts(), gamma=UNIT, lam=UNIT, data=st.data())
 def test_run_of_singleton_states_has_zero_delta(layout, gamma, lam, data):
     """Replace an episode's tail by states no other row visits: delta = 0 there, hence A = 0 for every lam."""
@@ -359,7 +368,7 @@ def test_single_row_groups_get_zero_after_normalisation():
 # ---------------------------------------------------------------------------------------------------------
 
 
-@settings(max_examples=150, **PROFILE)
+@settings(max_examples=examples(150), **PROFILE)
 @given(layout=layouts(), gamma=UNIT, lam=UNIT, min_count=st.integers(1, 5))
 def test_backoff_without_levels_is_plain_gagpo(layout, gamma, lam, min_count):
     d = assemble(*layout)
@@ -369,7 +378,7 @@ def test_backoff_without_levels_is_plain_gagpo(layout, gamma, lam, min_count):
     )
 
 
-@settings(max_examples=150, **PROFILE)
+@settings(max_examples=examples(150), **PROFILE)
 @given(layout=layouts(), gamma=UNIT, lam=UNIT, bootstrap=st.booleans(), data=st.data())
 def test_backoff_changes_nothing_when_every_state_set_has_m_rows(layout, gamma, lam, bootstrap, data):
     d = assemble(*layout)
@@ -381,7 +390,7 @@ def test_backoff_changes_nothing_when_every_state_set_has_m_rows(layout, gamma, 
     np.testing.assert_array_equal(backed_off, gagpo_advantages(**d, **options))
 
 
-@settings(max_examples=150, **PROFILE)
+@settings(max_examples=examples(150), **PROFILE)
 @given(layout=layouts(), gamma=UNIT, constant=st.one_of(INT_KEYS, STR_KEYS), data=st.data())
 def test_backoff_to_a_constant_level_telescopes_to_return_minus_group_mean(layout, gamma, constant, data):
     """lam=1, terminated episodes, only the last (constant) level has sets of m rows: A_t = R_t - mean_g R."""
@@ -419,7 +428,7 @@ def test_truncated_row_bootstraps_from_level_zero_only(next_key, v_next):
     assert_allclose(A, ref_gagpo(**d, lam=0.0, backoff_keys=[[0] * 4], unnormalized=True), atol=1e-12)
 
 
-@settings(max_examples=150, **PROFILE)
+@settings(max_examples=examples(150), **PROFILE)
 @given(
     layout=layouts(),
     normalize=st.sampled_from(["group", "batch", "none"]),
@@ -439,7 +448,7 @@ def test_episode_coef_adds_grpo_to_the_normalised_advantage(layout, normalize, e
 # ---------------------------------------------------------------------------------------------------------
 
 
-@settings(max_examples=150, **PROFILE)
+@settings(max_examples=examples(150), **PROFILE)
 @given(layout=layouts(), gamma=UNIT, std_norm=st.booleans(), episode_stats=st.sampled_from(["episodes", "rows"]))
 def test_gigpo_zero_penalties_change_nothing(layout, gamma, std_norm, episode_stats):
     d = base(assemble(*layout), "rewards", "episode_index", "group_index", "state_keys")
@@ -448,7 +457,7 @@ def test_gigpo_zero_penalties_change_nothing(layout, gamma, std_norm, episode_st
     assert np.array_equal(gigpo_advantages(**d, **options, penalties=np.zeros(d["rewards"].size)), plain)
 
 
-@settings(max_examples=150, **PROFILE)
+@settings(max_examples=examples(150), **PROFILE)
 @given(layout=layouts(), gamma=UNIT, data=st.data())
 def test_gigpo_penalties_reach_only_their_own_rows(layout, gamma, data):
     """Without division: the step return and episode score lose the row's own penalty, nothing else moves.
@@ -514,7 +523,7 @@ def test_colliding_int_pairs_stay_apart():
     assert step_group_stats(d["group_index"], d["state_keys"])["sets"] == 4
 
 
-@settings(max_examples=100, **PROFILE)
+@settings(max_examples=examples(100), **PROFILE)
 @given(layout=layouts(key_kind="str"), min_count=st.integers(1, 3), data=st.data())
 def test_str_keys_in_unicode_and_object_arrays_agree(layout, min_count, data):
     """Unicode arrays (of any width) and object arrays are hashed differently; the advantages are the same."""
@@ -537,7 +546,7 @@ def _colliding_hash(keys: np.ndarray) -> np.ndarray:
 _real_key_hash = agent_keys.key_hash
 
 
-@settings(max_examples=100, **PROFILE)
+@settings(max_examples=examples(100), **PROFILE)
 @given(layout=layouts(), lam=UNIT, min_count=st.integers(1, 3), data=st.data())
 def test_estimators_stay_exact_under_hash_collisions(layout, lam, min_count, data):
     d = assemble(*layout)

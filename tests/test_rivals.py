@@ -33,7 +33,7 @@ from reference_rivals import (
     ref_hgpo,
     step_discounted_returns,
 )
-from test_advantages import PROFILE, TOL, UNIT, Episode, assemble, layouts, rows_by_episode
+from test_advantages import PROFILE, TOL, UNIT, Episode, assemble, examples, layouts, rows_by_episode
 
 from agents.advantages import g2po_advantages, gigpo_advantages, graphgpo_advantages, hgpo_advantages
 
@@ -102,7 +102,7 @@ def _hgpo_reference(case: dict, gamma: float, **options) -> np.ndarray:
 # ---------------------------------------------------------------------------------------------------------
 
 
-@settings(max_examples=500, **PROFILE)
+@settings(max_examples=examples(500), **PROFILE)
 @given(
     case=rival_layouts(),
     gamma=UNIT,
@@ -127,7 +127,7 @@ def test_hgpo_matches_published(case, gamma, history, alpha, std_norm, base_grou
     assert np.all(ours[~same] == 0.0)
 
 
-@settings(max_examples=500, **PROFILE)
+@settings(max_examples=examples(500), **PROFILE)
 @given(
     case=rival_layouts(),
     graph_gamma=st.sampled_from([0.1, 0.5, 0.95, 1.0]),
@@ -153,7 +153,7 @@ def test_graphgpo_matches_published(case, graph_gamma, progress, std_norm, step_
     assert_allclose(ours[same], ref[same], **TOL)
 
 
-@settings(max_examples=500, **PROFILE)
+@settings(max_examples=examples(500), **PROFILE)
 @given(case=rival_layouts(g2po=True), gamma=UNIT, std_norm=st.booleans(), step_coef=st.sampled_from([1.0, 0.5]))
 def test_g2po_matches_published(case, gamma, std_norm, step_coef):
     d, p = case["ours"], case["published"]
@@ -171,7 +171,7 @@ def test_g2po_matches_published(case, gamma, std_norm, step_coef):
     assert np.all(ours[single] == 0.0)  # the published std of one value is NaN (mean_std_norm)
 
 
-@settings(max_examples=500, **PROFILE)
+@settings(max_examples=examples(500), **PROFILE)
 @given(case=rival_layouts(), gamma=UNIT, std_norm=st.booleans(), omega=st.sampled_from([1.0, 0.5, 0.0]))
 def test_gigpo_matches_verl_agent(case, gamma, std_norm, omega):
     """GiGPO with verl-agent's statistics (over rows) against its published estimator and trainer inputs."""
@@ -283,7 +283,7 @@ def _all(d: dict, success: np.ndarray, **options) -> dict[str, np.ndarray]:
     }
 
 
-@settings(max_examples=150, **PROFILE)
+@settings(max_examples=examples(150), **PROFILE)
 @given(layout=layouts(), base_group=st.booleans(), progress=st.booleans())
 def test_no_reward_and_no_success_gives_zero(layout, base_group, progress):
     """Every return equal (0) and no goal reached: nothing to prefer, every advantage is 0."""
@@ -296,7 +296,7 @@ def test_no_reward_and_no_success_gives_zero(layout, base_group, progress):
         assert_allclose(a, 0.0, atol=1e-9, err_msg=name)
 
 
-@settings(max_examples=150, **PROFILE)
+@settings(max_examples=examples(150), **PROFILE)
 @given(case=rival_layouts(key_kind="int"), data=st.data())
 def test_ignore_order_and_labels(case, data):
     """Reordering episodes, renaming groups and turning int keys into str keys changes no advantage."""
