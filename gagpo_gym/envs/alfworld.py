@@ -197,7 +197,10 @@ def _engine_api() -> dict[str, Any]:
             # copies its 34 MB library to a temporary file and loads that (its state is global: one per env), so
             # each env built meant 34 MB written to disk and mapped for the rest of the process.
             textworld.Environment.__init__(self, infos)
-            self.downward_lib = FREE_LIBRARIES.pop() if FREE_LIBRARIES else fast_downward.load_lib()
+            try:  # one pop, not a look then a pop: envs may be built in two threads
+                self.downward_lib = FREE_LIBRARIES.pop()
+            except IndexError:
+                self.downward_lib = fast_downward.load_lib()
 
         def close(self) -> None:
             if self.downward_lib is not None:  # every game and reset loads its task into the library anew
