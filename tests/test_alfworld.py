@@ -474,6 +474,7 @@ def test_a_game_is_translated_once_per_process_however_many_envs_play_it(monkeyp
 
     from gagpo_gym.envs import alfworld
 
+    gym.make(ENV_ID, split="valid_seen", data_root=DATA).close()  # the engine's set-up (its SAS cache) done first
     calls = []
     translate = logic.fast_downward.pddl2sas
     monkeypatch.setattr(logic.fast_downward, "pddl2sas", lambda *a, **k: calls.append(1) or translate(*a, **k))
@@ -571,6 +572,7 @@ def test_a_kept_translation_plays_as_a_fresh_one(tmp_path, monkeypatch):
 
     from gagpo_gym.envs import alfworld as engine
 
+    gym.make(ENV_ID, split="valid_seen", data_root=DATA).close()  # the engine's set-up done first, as in a process
     monkeypatch.setattr(engine, "SAS_CACHE", tmp_path)
     calls: list[tuple[str, str, bool]] = []
     kept = fast_downward.pddl2sas
