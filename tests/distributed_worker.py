@@ -31,7 +31,7 @@ LAUNCH = {
     "ddp-overlap": (False, False, False, True),
     "fsdp-overlap": (True, False, False, True),
     "fsdp": (True, False, True, False),
-    "fsdp-generate": (True, True, False, False),
+    "fsdp-generate": (True, True, False, False),  # the first forward is the sampler's, through the inner model
 }
 ONE_PROCESS = {"plain": (False, False, False, False), "generate": (False, True, False, False),
                "overlap": (False, False, False, True)}  # fmt: skip

@@ -49,7 +49,6 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.parametrize("engine", LAUNCH)
 def test_two_processes_equal_one_process(runs: Path, engine: str) -> None:
     two = runs / "two" / engine
-    # generate mode: the run's first forward is the sampler's, through the inner model, not the FSDP root
     check_equal(engine, runs / "one" / reference(engine), two)
     if LAUNCH[engine][2]:  # loaded under FSDP (weights resharded, optimizer state set from the full state), trained on
         b = load_file(two / "agent" / "model" / "model.safetensors")

@@ -203,7 +203,8 @@ def _engine_api() -> dict[str, Any]:
                 self.downward_lib = fast_downward.load_lib()
 
         def close(self) -> None:
-            if self.downward_lib is not None:  # every game and reset loads its task into the library anew
+            # getattr: textworld's __del__ closes an env whose __init__ failed before it had a library
+            if getattr(self, "downward_lib", None) is not None:  # each game and reset loads its task into it anew
                 FREE_LIBRARIES.append(self.downward_lib)
                 self.downward_lib = None
             super().close()
